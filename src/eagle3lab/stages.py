@@ -1,0 +1,126 @@
+"""Run one pipeline stage: notebooks/NN_NAME.ipynb through papermill with params.yaml's `common` section plus
+section NAME, working directory the repository root, output reports/NN_NAME.ipynb.
+
+Papermill only warns about a parameter the notebook does not declare; here any mismatch between the params
+section and the notebook's `parameters` cell is an error naming the stage and the key, raised before running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+from . import paths
+from .io import atomic_path
+
+SHARED_SECTION = "common"
+
+
+class StageError(RuntimeError):
+    pass
+
+
+def notebook_for(stage: str, notebooks: Path | None = None) -> Path:
+    notebooks = notebooks or paths.NOTEBOOKS
+    found = sorted(notebooks.glob(f"[0-9][0-9]_{stage}.ipynb"))
+    if not found:
+        known = sorted(p.stem.split("_", 1)[1] for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
+        raise StageError(f"no notebook for stage '{stage}' in {notebooks} (known stages: {', '.join(known)})")
+    return found[0]
+
+
+def declared_parameters(notebook: Path) -> dict[str, object]:
+    """Names (and literal defaults) assigned in the notebook's cell tagged `parameters`."""
+    nb = nbformat.read(notebook, as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
+    if not cells:
+        raise StageError(f"{notebook}: no cell tagged 'parameters'; tag the cell that holds the defaults (View > Cell tags)")
+    names: dict[str, object] = {}
+    for node in ast.parse(cells[0].source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Name):
+                try:
+                    names[t.id] = ast.literal_eval(node.value) if node.value is not None else None
+                except ValueError:
+                    names[t.id] = None
+    return names
+
+
+def load_params(params_file: Path | None = None) -> dict:
+    params_file = params_file or paths.PARAMS
+    try:
+        params = yaml.safe_load(Path(params_file).read_text()) or {}
+    except yaml.YAMLError as e:
+        raise StageError(f"{params_file}: not valid YAML: {e}") from None
+    if not isinstance(params, dict):
+        raise StageError(f"{params_file}: expected a mapping of sections")
+    return params
+
+
+def stage_parameters(stage: str, notebook: Path, params: dict, params_file: Path) -> dict:
+    """The parameters papermill receives: every key of section `stage`, plus the shared keys the notebook declares."""
+    if stage not in params:
+        raise StageError(f"{params_file}: no section '{stage}' for stage '{stage}'")
+    section = params[stage] or {}
+    shared = params.get(SHARED_SECTION) or {}
+    declared = declared_parameters(notebook)
+    unknown = [k for k in section if k not in declared]
+    if unknown:
+        raise StageError(
+            f"stage '{stage}': params key(s) {unknown} in {params_file} section '{stage}' are not parameters of "
+            f"{notebook.name} (it declares: {', '.join(declared)})"
+        )
+    overlap = [k for k in section if k in shared]
+    if overlap:
+        raise StageError(f"stage '{stage}': key(s) {overlap} are both in section '{stage}' and in '{SHARED_SECTION}'")
+    values = {k: v for k, v in shared.items() if k in declared} | dict(section)
+    missing = [k for k in declared if k not in values]
+    if missing:
+        raise StageError(
+            f"stage '{stage}': {notebook.name} needs parameter(s) {missing} that {params_file} does not set "
+            f"(add them to section '{stage}' or '{SHARED_SECTION}')"
+        )
+    return values
+
+
+def run_stage(stage: str, params_file: Path | None = None, output: Path | None = None) -> Path:
+    import papermill
+
+    params_file = Path(params_file or paths.PARAMS)
+    notebook = notebook_for(stage)
+    values = stage_parameters(stage, notebook, load_params(params_file), params_file)
+    output = Path(output or paths.REPORTS / notebook.name)
+    with atomic_path(output) as tmp:
+        try:
+            papermill.execute_notebook(
+                str(notebook), str(tmp), parameters=values, cwd=str(paths.ROOT),
+                kernel_name="python3", progress_bar=False, log_output=False,
+            )
+        except papermill.PapermillExecutionError as e:
+            raise StageError(f"stage '{stage}' failed in cell {e.exec_count}: {e.ename}: {e.evalue}") from None
+    return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.stages", description=__doc__.splitlines()[0])
+    parser.add_argument("stage", help="stage name, e.g. dataset_survey (runs notebooks/NN_dataset_survey.ipynb)")
+    parser.add_argument("--params", type=Path, default=None, help="params file (default: params.yaml at the repo root)")
+    parser.add_argument("--output", type=Path, default=None, help="executed notebook (default: reports/NN_NAME.ipynb)")
+    args = parser.parse_args(argv)
+    try:
+        out = run_stage(args.stage, args.params, args.output)
+    except StageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"stage '{args.stage}' done: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

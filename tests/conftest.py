@@ -1,0 +1,21 @@
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real embedded target (SmolLM2-135M-Instruct), float32, loaded once per session."""
+    from eagle3lab.target import load_target
+
+    return load_target("smollm2-135m-instruct", dtype=torch.float32)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    """A tiny random Llama (6 layers) for logic tests."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    return LlamaForCausalLM(config).eval()

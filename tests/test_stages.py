@@ -1,0 +1,80 @@
+import json
+
+import nbformat
+import pytest
+import yaml
+
+from eagle3lab import paths, stages
+
+
+def make_notebook(path, params_src, body_src):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell(params_src)
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(body_src)]
+    nbformat.write(nb, path)
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    (tmp_path / "notebooks").mkdir()
+    for name in ("ROOT", "NOTEBOOKS", "REPORTS", "PARAMS"):
+        monkeypatch.setattr(paths, name, tmp_path / {"ROOT": "", "NOTEBOOKS": "notebooks", "REPORTS": "reports",
+                                                     "PARAMS": "params.yaml"}[name])
+    make_notebook(tmp_path / "notebooks" / "07_echo.ipynb", "target = 'x'\nsize = 1\n",
+                  "import json, os\njson.dump({'target': target, 'size': size, 'cwd': os.getcwd()}, open('echo.json', 'w'))")
+    return tmp_path
+
+
+def write_params(repo, params):
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+
+
+def test_runs_with_shared_and_stage_values_in_repo_root(repo):
+    write_params(repo, {"common": {"target": "smollm2", "seed": 3}, "echo": {"size": 5}})
+    out = stages.run_stage("echo")
+    assert out == repo / "reports" / "07_echo.ipynb"
+    echoed = json.loads((repo / "echo.json").read_text())
+    assert echoed == {"target": "smollm2", "size": 5, "cwd": str(repo)}
+    # the executed copy has outputs recorded by papermill; the source notebook stays clean
+    assert nbformat.read(out, as_version=4).metadata["papermill"]["parameters"] == {"target": "smollm2", "size": 5}
+
+
+def test_unknown_key_is_an_error_naming_stage_and_key(repo):
+    write_params(repo, {"common": {"target": "t"}, "echo": {"size": 5, "sizee": 6}})
+    with pytest.raises(stages.StageError, match=r"stage 'echo'.*\['sizee'\]"):
+        stages.run_stage("echo")
+    assert not (repo / "echo.json").exists()
+
+
+def test_missing_parameter_is_an_error(repo):
+    write_params(repo, {"echo": {"size": 5}})
+    with pytest.raises(stages.StageError, match=r"needs parameter\(s\) \['target'\]"):
+        stages.run_stage("echo")
+
+
+def test_missing_section_and_unknown_stage(repo):
+    write_params(repo, {"common": {"target": "t"}})
+    with pytest.raises(stages.StageError, match="no section 'echo'"):
+        stages.run_stage("echo")
+    with pytest.raises(stages.StageError, match="no notebook for stage 'nope'.*known stages: echo"):
+        stages.run_stage("nope")
+
+
+def test_notebook_without_parameters_cell(repo):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    nbformat.write(nb, repo / "notebooks" / "08_bare.ipynb")
+    write_params(repo, {"bare": {}})
+    with pytest.raises(stages.StageError, match="no cell tagged 'parameters'"):
+        stages.run_stage("bare")
+
+
+def test_failing_cell_fails_the_stage_with_its_error(repo):
+    make_notebook(repo / "notebooks" / "09_boom.ipynb", "size = 1\n", "raise ValueError(f'bad size {size}')")
+    write_params(repo, {"boom": {"size": 2}})
+    with pytest.raises(stages.StageError, match="stage 'boom' failed in cell .*ValueError: bad size 2"):
+        stages.run_stage("boom")
+    assert not (repo / "reports" / "09_boom.ipynb").exists()  # no half-written report a later run could trust
+    assert stages.main(["boom"]) == 1
