@@ -1,0 +1,48 @@
+import math
+
+import numpy as np
+import pytest
+
+from eagle3lab.scaling import (CostModel, cost_model_from_throughput, fit_scaling, projected_tau_after_more_data,
+                               saturating, size_for)
+
+
+def test_fit_recovers_a_known_saturating_curve():
+    sizes = [250, 500, 1000, 2000, 4000]
+    rng = np.random.default_rng(1)
+    truth = (4.0, 6.0, 0.4)
+    per_prompt = [saturating(n, *truth) + rng.normal(0, 0.05, 40) for n in sizes]
+    fit = fit_scaling(sizes, per_prompt, ceiling=6.0, boot=50)
+    assert fit.predict(1000) == pytest.approx(saturating(1000, *truth), abs=0.05)
+    lo, hi = fit.band([8000])
+    assert lo[0] <= fit.predict(8000) <= hi[0] and hi[0] > lo[0]
+    # inverting the fit gives back the size at which tau was observed
+    assert fit.size_for(float(fit.predict(2000))) == pytest.approx(2000, rel=1e-6)
+    assert fit.size_for(fit.a + 0.1) == math.inf
+
+
+def test_fit_needs_three_sizes():
+    with pytest.raises(ValueError, match="at least 3"):
+        fit_scaling([1, 2], [[1.0], [1.1]], ceiling=6)
+
+
+def test_seeds_break_even_from_their_numbers():
+    # 90 tok/s plain, 82.3 tok/s speculative at accept length 2.1 -> speculation 9% slower
+    cost = cost_model_from_throughput(90.0, 82.3, 2.1, steps=4)
+    assert float(cost.speedup(2.1)) == pytest.approx(82.3 / 90, rel=1e-9)
+    assert cost.break_even_tau == pytest.approx(90 * 2.1 / 82.3)
+    assert cost.tau_for_speedup(2.0) == pytest.approx(2 * 90 * 2.1 / 82.3)
+
+
+def test_speedup_model_and_inverse():
+    cost = CostModel(t_target=0.04, t_verify=0.05, t_draft=0.005, steps=4, t_other=0.002)
+    assert cost.round_cost == pytest.approx(0.072)
+    assert float(cost.speedup(cost.break_even_tau)) == pytest.approx(1.0)
+    assert size_for(3.0, 4.0, 6.0, 0.5) == pytest.approx(36.0)
+
+
+def test_projection_transfers_relative_gain():
+    sizes = [100, 200, 400, 800]
+    fit = fit_scaling(sizes, [[saturating(n, 5.0, 8.0, 0.5)] * 3 for n in sizes], ceiling=6.0, boot=0)
+    gain = fit.predict(8000) / fit.predict(800)
+    assert projected_tau_after_more_data(fit, 2.1, 10, 800) == pytest.approx(2.1 * gain)
