@@ -1,0 +1,235 @@
+"""The EAGLE-3 draft: shapes, SGLang semantics, cache rollback, TTT = inference, and the checkpoint format."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig
+
+from eagle3lab.draft import DraftCache, DraftConfig, DraftFormatError, Eagle3Draft, load_draft, save_draft
+
+SGLANG_KEYS = {
+    "midlayer.self_attn.q_proj.weight",
+    "midlayer.self_attn.k_proj.weight",
+    "midlayer.self_attn.v_proj.weight",
+    "midlayer.self_attn.o_proj.weight",
+    "midlayer.mlp.gate_proj.weight",
+    "midlayer.mlp.up_proj.weight",
+    "midlayer.mlp.down_proj.weight",
+    "midlayer.input_layernorm.weight",
+    "midlayer.hidden_norm.weight",
+    "midlayer.post_attention_layernorm.weight",
+    "fc.weight",
+    "norm.weight",
+    "lm_head.weight",
+    "d2t",
+    "t2d",
+    "embed_tokens.weight",
+}
+
+
+def target_config(**kw):
+    base = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, vocab_size=300,
+                max_position_embeddings=512, num_hidden_layers=6, rope_parameters={"rope_type": "default", "rope_theta": 5e4})
+    return LlamaConfig(**{**base, **kw})
+
+
+def make_draft(seed=0, draft_vocab=50):
+    torch.manual_seed(seed)
+    draft = Eagle3Draft(DraftConfig.from_target(target_config(), draft_vocab, aux_layer_ids=[1, 2, 3]))
+    with torch.no_grad():  # non-trivial norms and weights so every parameter matters
+        for name, p in draft.named_parameters():
+            p.normal_(1.0 if "norm" in name else 0.0, 0.1 if "norm" in name else 0.2)
+    draft.set_vocab(torch.randperm(300)[:draft_vocab])
+    return draft.eval()
+
+
+def inputs(draft, b=2, t=10, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, draft.config.vocab_size, (b, t), generator=g)
+    aux = torch.randn(b, t, 3 * draft.config.target_hidden_size, generator=g)
+    return ids, aux, torch.arange(t).expand(b, t)
+
+
+def test_config_from_target_and_sglang_json():
+    cfg = DraftConfig.from_target(target_config(), 50, aux_layer_ids=[1, 2, 3])
+    assert (cfg.head_dim, cfg.num_key_value_heads, cfg.rope_theta, cfg.max_position_embeddings) == (16, 2, 5e4, 512)
+    j = cfg.to_sglang()
+    assert j["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert j["num_hidden_layers"] == 1 and j["draft_vocab_size"] == 50 and j["target_hidden_size"] == 64
+    assert j["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [1, 2, 3], "use_aux_hidden_state": True}
+    assert j["tie_word_embeddings"] is False  # SGLang would tie lm_head to the embedding otherwise
+    assert DraftConfig.from_sglang(json.loads(json.dumps(j))) == cfg
+    assert "eagle_aux_hidden_state_layer_ids" not in DraftConfig.from_target(target_config(), 50).to_sglang()["eagle_config"]
+
+
+def test_shapes_vocab_maps_and_project():
+    draft = make_draft()
+    ids, aux, pos = inputs(draft)
+    hidden = draft.project(aux)
+    assert hidden.shape == (2, 10, 64)
+    assert draft.project(hidden) is hidden  # H-wide input (EAGLE mode): fc skipped, as SGLang does
+    logits, out = draft(ids, hidden, pos)
+    assert logits.shape == (2, 10, 50) and out.shape == (2, 10, 64)
+    d = torch.arange(50)
+    target_ids = draft.draft_to_target(d)
+    assert torch.equal(target_ids, draft.draft_ids) and draft.t2d[target_ids].all() and int(draft.t2d.sum()) == 50
+    assert not draft.embed_tokens.weight.requires_grad
+
+
+def test_cache_incremental_equals_full_and_rollback():
+    draft = make_draft()
+    ids, aux, pos = inputs(draft, b=1, t=12)
+    hidden = draft.project(aux)
+    full, _ = draft(ids, hidden, pos)
+    cache = draft.new_cache()
+    parts = [draft(ids[:, a:b], hidden[:, a:b], pos[:, a:b], cache)[0] for a, b in ((0, 5), (5, 6), (6, 12))]
+    assert cache.length == 12
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+    # crop back and recompute the tail: same logits
+    cache.crop(7)
+    tail, _ = draft(ids[:, 7:], hidden[:, 7:], pos[:, 7:], cache)
+    torch.testing.assert_close(tail, full[:, 7:], atol=1e-5, rtol=1e-5)
+    # select: keep positions 0..3 and 5 (a tree branch), then position 5's successor sees exactly those keys
+    cache.crop(6)
+    cache.select(torch.tensor([0, 1, 2, 3, 5]))
+    assert cache.length == 5
+    got, _ = draft(ids[:, 6:7], hidden[:, 6:7], pos[:, 6:7], cache)
+    mask = torch.tensor([[True, True, True, True, False, True, True]])
+    ref_cache = draft.new_cache()
+    draft(ids[:, :6], hidden[:, :6], pos[:, :6], ref_cache)
+    want, _ = draft(ids[:, 6:7], hidden[:, 6:7], pos[:, 6:7], ref_cache, attn_mask=mask)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError):
+        cache.crop(99)
+    with pytest.raises(ValueError, match="attn_mask"):
+        draft(ids[:, :2], hidden[:, :2], pos[:, :2], draft.new_cache(), attn_mask=torch.ones(2, 3, dtype=torch.bool))
+
+
+def test_tree_mask_isolates_branches():
+    """Two sibling tokens at the same depth must not see each other (tree attention)."""
+    draft = make_draft()
+    ids, aux, pos = inputs(draft, b=1, t=6)
+    hidden = draft.project(aux)
+    cache = draft.new_cache()
+    draft(ids[:, :4], hidden[:, :4], pos[:, :4], cache)
+    mask = torch.tensor([[True] * 4 + [True, False], [True] * 4 + [False, True]])
+    sib_pos = torch.tensor([[4, 4]])
+    both, _ = draft(ids[:, 4:6], hidden[:, 4:6], sib_pos, cache, attn_mask=mask)
+    for j in range(2):
+        c = draft.new_cache()
+        draft(ids[:, :4], hidden[:, :4], pos[:, :4], c)
+        alone, _ = draft(ids[:, 4 + j : 5 + j], hidden[:, 4 + j : 5 + j], sib_pos[:, :1], c)
+        torch.testing.assert_close(both[:, j], alone[:, 0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("steps", [1, 4])
+def test_ttt_unroll_equals_inference_with_cache(steps):
+    """Training-time step-i logits at position p == what inference computes when drafting i tokens after p."""
+    draft = make_draft()
+    ids, aux, pos = inputs(draft, b=2, t=11)
+    hidden = draft.project(aux)
+    with torch.no_grad():
+        ttt = draft.ttt_forward(ids, hidden, pos, steps)
+        assert len(ttt) == steps and ttt[0].shape == (2, 11, 50)
+        for p in (0, 4, 11 - steps):
+            cache = draft.new_cache()
+            logits, out = draft(ids[:, : p + 1], hidden[:, : p + 1], pos[:, : p + 1], cache)
+            torch.testing.assert_close(logits[:, p], ttt[0][:, p], atol=1e-5, rtol=1e-4)
+            h = out[:, p : p + 1]
+            for i in range(1, steps):
+                logits, h = draft(ids[:, p + i : p + i + 1], h, pos[:, p : p + 1] + i, cache)
+                torch.testing.assert_close(logits[:, 0], ttt[i][:, p], atol=1e-5, rtol=1e-4)
+                assert cache.length == p + 1 + i
+
+
+def test_ttt_step_attention_is_not_plain_causal():
+    """A model whose step-i attention were plain causal over its own outputs would differ: the test above bites."""
+    draft = make_draft()
+    ids, aux, pos = inputs(draft, b=1, t=8)
+    hidden = draft.project(aux)
+    with torch.no_grad():
+        ttt = draft.ttt_forward(ids, hidden, pos, 2)
+        _, out0 = draft(ids, hidden, pos)
+        naive, _ = draft(torch.nn.functional.pad(ids[:, 1:], (0, 1)), out0, pos + 1)
+    assert not torch.allclose(naive[:, 3], ttt[1][:, 3], atol=1e-3)
+
+
+def test_save_load_round_trip_identical_logits(tmp_path):
+    draft = make_draft()
+    save_draft(draft, tmp_path / "d")
+    keys = set(load_file(str(tmp_path / "d" / "model.safetensors")))
+    assert keys == SGLANG_KEYS
+    cfg = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    back = load_draft(tmp_path / "d")
+    ids, aux, pos = inputs(draft)
+    with torch.no_grad():
+        a = draft(ids, draft.project(aux), pos)[0]
+        b = back(ids, back.project(aux), pos)[0]
+    assert torch.equal(a, b)
+    assert torch.equal(back.d2t, draft.d2t) and torch.equal(back.t2d, draft.t2d)
+
+
+def _rewrite(folder, fn):
+    path = folder / "model.safetensors"
+    state = fn(load_file(str(path)))
+    save_file(state, str(path))
+
+
+def test_load_variants_layers0_no_embed_no_t2d(tmp_path):
+    draft = make_draft()
+    save_draft(draft, tmp_path / "d")
+    emb = draft.embed_tokens.weight.detach().clone()
+
+    def variant(state):
+        out = {k.replace("midlayer.", "layers.0."): v for k, v in state.items() if k not in ("embed_tokens.weight", "t2d")}
+        return out
+
+    _rewrite(tmp_path / "d", variant)
+    with pytest.raises(DraftFormatError, match="embed_tokens.weight"):
+        load_draft(tmp_path / "d")
+    back = load_draft(tmp_path / "d", target=emb)
+    ids, aux, pos = inputs(draft)
+    with torch.no_grad():
+        assert torch.equal(draft(ids, draft.project(aux), pos)[0], back(ids, back.project(aux), pos)[0])
+    assert torch.equal(back.t2d, draft.t2d)
+
+
+def test_load_reports_missing_and_unexpected_keys(tmp_path):
+    draft = make_draft()
+    save_draft(draft, tmp_path / "d")
+
+    def broken(state):
+        state.pop("fc.weight")
+        state.pop("midlayer.hidden_norm.weight")
+        state["midlayer.extra.weight"] = torch.zeros(2)
+        return state
+
+    _rewrite(tmp_path / "d", broken)
+    with pytest.raises(DraftFormatError) as e:
+        load_draft(tmp_path / "d")
+    msg = str(e.value)
+    assert "fc.weight" in msg and "midlayer.hidden_norm.weight" in msg and "midlayer.extra.weight" in msg
+
+
+def test_load_rejects_wrong_shape_and_missing_config(tmp_path):
+    draft = make_draft()
+    save_draft(draft, tmp_path / "d")
+    _rewrite(tmp_path / "d", lambda s: {**s, "lm_head.weight": torch.zeros(7, 64)})
+    with pytest.raises(DraftFormatError, match="lm_head.weight"):
+        load_draft(tmp_path / "d")
+    (tmp_path / "e").mkdir()
+    with pytest.raises(DraftFormatError, match="config.json"):
+        load_draft(tmp_path / "e")
+
+
+def test_cache_select_on_batch_and_dtype():
+    cache = DraftCache()
+    k = torch.arange(6.0).view(1, 1, 6, 1)
+    cache.append(k, k)
+    cache.select(torch.tensor([4, 0]))
+    assert cache.length == 2 and cache.k[0, 0, :2, 0].tolist() == [4.0, 0.0]
+    with pytest.raises(IndexError):
+        cache.select(torch.tensor([2]))

@@ -1,0 +1,138 @@
+"""Chat-template tokenization with the assistant-only mask, and the resumable offline feature cache."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from eagle3lab.features import open_cache, online_features, tokenize_conversation, tokenize_file
+from eagle3lab.io import InputError
+from eagle3lab.target import aux_hidden_indices, forward_with_aux, load_target, resolve
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matmuls: one thread avoids OpenMP barrier stalls when the 2 shared cores are busy (restored after)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+WORDS = "the cat sat on a mat and then it ran to see the big red dog".split()
+
+
+def save_tiny_target(folder: Path, layers: int = 4) -> Path:
+    """A random 4-layer Llama (hidden 64) with SmolLM2's tokenizer and ChatML template: real text, tiny compute."""
+    src = Path(resolve("smollm2-135m-instruct"))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=49152, max_position_embeddings=1024, tie_word_embeddings=True,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(src / f, folder / f)
+    return folder
+
+
+def write_conversations(path: Path, n: int, seed: int = 0) -> Path:
+    g = torch.Generator().manual_seed(seed)
+
+    def text(k):
+        return " ".join(WORDS[int(i)] for i in torch.randint(0, len(WORDS), (k,), generator=g))
+
+    with open(path, "w") as f:
+        for i in range(n):
+            turns = []
+            for _ in range(1 + i % 3):
+                turns += [{"role": "user", "content": text(4 + i % 5)}, {"role": "assistant", "content": text(6 + i % 17)}]
+            f.write(json.dumps({"id": f"c{i}", "conversations": turns}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return load_target(str(save_tiny_target(tmp_path_factory.mktemp("tiny"))))
+
+
+def test_assistant_only_mask(tiny):
+    tok = tiny.tokenizer
+    msgs = [{"role": "assistant", "content": "Welcome back."}, {"role": "user", "content": "What is two plus two?"},
+            {"role": "assistant", "content": "It is four."}]
+    ids, mask = tokenize_conversation(tok, msgs, 1000, "x")
+    assert ids.tolist() == tok(tok.apply_chat_template(msgs, tokenize=False), add_special_tokens=False)["input_ids"]
+    learned = tok.decode(ids[mask])
+    assert learned == "Welcome back.<|im_end|>It is four.<|im_end|>"
+    assert "two plus" not in learned and "system" not in learned
+    short_ids, short_mask = tokenize_conversation(tok, msgs, 12, "x")
+    assert torch.equal(short_ids, ids[:12]) and torch.equal(short_mask, mask[:12])
+
+
+def test_bad_records_name_file_record_and_field(tmp_path, tiny):
+    cases = [({"conversations": []}, "field 'id'"), ({"id": "a", "conversations": []}, "'conversations' is empty"),
+             ({"id": "b", "conversations": [{"role": "gpt", "content": "x"}]}, "conversations[0]: field 'role'"),
+             ({"id": "c", "conversations": [{"role": "user"}]}, "field 'content'")]
+    for row, needle in cases:
+        path = tmp_path / "bad.jsonl"
+        path.write_text(json.dumps({"id": "ok", "conversations": [{"role": "user", "content": "hi"}]}) + "\n" + json.dumps(row) + "\n")
+        with pytest.raises(InputError) as e:
+            tokenize_file(path, tiny.tokenizer, 100)
+        assert str(path) in str(e.value) and "record 2" in str(e.value) and needle in str(e.value)
+
+
+def test_tokenize_file_skips_records_without_assistant_tokens(tmp_path, tiny):
+    path = tmp_path / "d.jsonl"
+    rows = [{"id": "u", "conversations": [{"role": "user", "content": "only a question"}]},
+            {"id": "a", "conversations": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "an answer"}]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recs, stats = tokenize_file(path, tiny.tokenizer, 100)
+    assert [r.id for r in recs] == ["a"] and [r.index for r in recs] == [1]
+    assert stats["records"] == 2 and stats["skipped_no_assistant_tokens"] == 1
+
+
+def test_cache_matches_target_resumes_and_grows(tmp_path, tiny):
+    data = write_conversations(tmp_path / "train.jsonl", 10)
+    recs, _ = tokenize_file(data, tiny.tokenizer, 128)
+    cache = open_cache(tmp_path / "feat", data, tiny, None, 128, shard_records=4)
+    first = cache.build(recs, tiny, 6, progress=False)  # a small data scale: records 0..5 -> shards 0, 1
+    assert first["shards_built"] == 2 and not cache.missing_shards(6)
+    index = cache.index(6)
+    assert len(index) == 6
+    ex = cache.load(*[index[5][i] for i in (0, 2, 3)])
+    indices = aux_hidden_indices(tiny.num_layers)
+    with torch.no_grad():
+        ref = forward_with_aux(tiny.model, recs[5].input_ids[None], indices)
+    assert ex["aux"].dtype == torch.float16 and ex["aux"].shape == (len(recs[5]), 3 * 64)
+    torch.testing.assert_close(ex["aux"].float(), ref.aux[0], atol=2e-2, rtol=1e-2)
+    torch.testing.assert_close(ex["final"].float(), ref.final[0], atol=2e-2, rtol=1e-2)
+    assert torch.equal(ex["argmax"], ref.logits[0].argmax(-1))
+    assert torch.equal(ex["input_ids"], recs[5].input_ids) and torch.equal(ex["loss_mask"], recs[5].loss_mask)
+
+    # a kill lost shard 1; a bigger scale needs shards 1 and 2: only those are computed, shard 0 is untouched
+    cache.shard_path(1).unlink()
+    stamp = cache.shard_path(0).stat().st_mtime_ns
+    again = open_cache(tmp_path / "feat", data, tiny, None, 128, shard_records=4)
+    assert again.folder == cache.folder
+    assert again.build(recs, tiny, 10, progress=False)["shards_built"] == 2
+    assert cache.shard_path(0).stat().st_mtime_ns == stamp and len(again.index(10)) == 10
+    assert again.build(recs, tiny, 10, progress=False)["shards_built"] == 0
+
+    # other capture layers or another max length: another cache
+    assert open_cache(tmp_path / "feat", data, tiny, [0, 1, 2], 128, 4).folder != cache.folder
+    assert open_cache(tmp_path / "feat", data, tiny, None, 64, 4).folder != cache.folder
+
+
+def test_online_features_match_cache_on_padded_batch(tmp_path, tiny):
+    data = write_conversations(tmp_path / "train.jsonl", 3)
+    recs, _ = tokenize_file(data, tiny.tokenizer, 128)
+    t = max(len(r) for r in recs)
+    ids = torch.stack([torch.nn.functional.pad(r.input_ids, (0, t - len(r))) for r in recs])
+    mask = torch.arange(t)[None] < torch.tensor([len(r) for r in recs])[:, None]
+    out = online_features(tiny, ids, mask, aux_hidden_indices(tiny.num_layers))
+    for b, r in enumerate(recs):
+        with torch.no_grad():
+            ref = forward_with_aux(tiny.model, r.input_ids[None], aux_hidden_indices(tiny.num_layers))
+        torch.testing.assert_close(out["aux"][b, : len(r)], ref.aux[0], atol=1e-4, rtol=1e-4)
+        assert torch.equal(out["argmax"][b, : len(r)], ref.logits[0].argmax(-1))

@@ -1,0 +1,296 @@
+"""Regeneration: input hygiene, accounting, multi-turn conditioning, kill -9 + resume, torn tails, and the openai
+backend against a real `transformers serve` process on 127.0.0.1."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagle3lab import regen
+from eagle3lab.regen import (BatchGenerator, Job, RegenError, RunFiles, Skip, read_inputs, regenerate,
+                             transformers_serve, truncate_torn_tail)
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tmp_path_factory):
+    """A tiny random (untied, so it does not just echo its input) Llama with the SmolLM2 chat tokenizer, saved as a
+    model folder that load_target, subprocesses and `transformers serve` can all open."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from eagle3lab.target import resolve
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=320,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=2, tie_word_embeddings=False,
+                         initializer_range=0.3)
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def write_rows(path: Path, rows) -> Path:
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(row if isinstance(row, str) else json.dumps(row))
+            f.write("\n")
+    return path
+
+
+def chat(i, turns=1):
+    conv = []
+    for t in range(turns):
+        conv += [{"role": "user", "content": f"question {i}.{t}: tell me about {i * 7 + t}"},
+                 {"role": "assistant", "content": f"original answer {i}.{t}"}]
+    return {"id": f"r{i}", "conversations": conv}
+
+
+BAD_ROWS = [
+    '{"id": "broken", "conversations": [',  # malformed JSON
+    '[1, 2]',  # not an object
+    {"id": "noconv", "messages": []},
+    {"id": "onlyasst", "conversations": [{"from": "gpt", "value": "hello"}]},
+    {"id": "empty", "conversations": [{"role": "user", "content": "  "}]},
+    {"id": "long", "conversations": [{"role": "user", "content": "word " * 400}]},
+    {"id": "badrole", "conversations": [{"role": "narrator", "content": "x"}]},
+]
+GOOD_ROWS = [
+    {"id": "sharegpt", "conversations": [{"from": "human", "value": "hi there"}, {"from": "gpt", "value": "old"}]},
+    {"id": "leadasst", "conversations": [{"role": "assistant", "content": "lead-in"},
+                                        {"role": "user", "content": "the real question"}]},
+    {"id": "sys", "conversations": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "why?"}]},
+    {"conversations": [{"role": "user", "content": "no id here"}]},
+    {"id": "sharegpt", "conversations": [{"role": "user", "content": "duplicate id"}]},
+]
+
+
+def test_read_inputs_plans_and_reasons(tmp_path):
+    path = write_rows(tmp_path / "in.jsonl", BAD_ROWS + GOOD_ROWS)
+    items = read_inputs(path, max_turns=2)
+    assert len(items) == len(BAD_ROWS) + len(GOOD_ROWS)
+    reasons = {it.key: it.reason for it in items if isinstance(it, Skip)}
+    jobs = {it.key: it for it in items if isinstance(it, Job)}
+    assert "not valid JSON" in reasons["in:line1"] and "line 1" in reasons["in:line1"]
+    assert "expected an object" in reasons["in:line2"]
+    assert "missing field 'conversations'" in reasons["noconv"] and str(path) in reasons["noconv"]
+    assert "starts with the assistant" in reasons["onlyasst"]
+    assert "empty content" in reasons["empty"]
+    assert "unknown role 'narrator'" in reasons["badrole"]
+    assert "duplicate id 'sharegpt'" in reasons["sharegpt@line12"]
+    assert jobs["sharegpt"].users == ["hi there"]
+    assert jobs["leadasst"].users == ["the real question"]  # leading assistant turn dropped
+    assert jobs["sys"].system == "Be brief." and jobs["sys"].users == ["why?"]
+    assert jobs["in:line11"].source_id == "in:line11"
+    assert jobs["long"].users  # over-length is decided against the tokenizer at run time
+
+
+def test_local_run_skips_with_reasons_and_accounts(tmp_path, tiny_target, capsys):
+    path = write_rows(tmp_path / "in.jsonl", BAD_ROWS + GOOD_ROWS + [chat(i, turns=3) for i in range(3)])
+    out = tmp_path / "out.jsonl"
+    result = regenerate(path, out, target=tiny_target, dtype="float32", max_new_tokens=8, max_turns=2,
+                        batch_size=3, progress_bar=False)
+    acc = result.accounting
+    assert acc.ok and acc.input == 15 and acc.errors == 0
+    assert acc.success + acc.errors + acc.skipped == acc.input
+    assert "accounting: input 15 = success 7 + error 0 + skipped 8 [OK]" in capsys.readouterr().out
+    skipped = {r["id"]: r["reason"] for r in map(json.loads, open(tmp_path / "out.skipped.jsonl"))}
+    assert "exceeds the context of 320 tokens" in skipped["long"]
+    assert set(skipped) == {"in:line1", "in:line2", "noconv", "onlyasst", "empty", "long", "badrole",
+                            "sharegpt@line12"}
+    rows = {r["id"]: r for r in map(json.loads, open(out))}
+    assert set(rows) == {"sharegpt", "leadasst", "sys", "in:line11", "r0", "r1", "r2"}
+    r0 = rows["r0"]
+    assert [t["role"] for t in r0["conversations"]] == ["user", "assistant"] * 2  # max_turns=2 of 3
+    assert r0["conversations"][0]["content"] == "question 0.0: tell me about 0"
+    assert all(t["content"] != "original answer 0.0" for t in r0["conversations"][1::2])
+    assert len(r0["turns"]) == 2 and all(t["finish_reason"] in ("stop", "length") for t in r0["turns"])
+    assert all(1 <= t["new_tokens"] <= 8 for t in r0["turns"])
+    assert r0["generation"] == {"backend": "local", "model": tiny_target, "temperature": 0.0, "max_new_tokens": 8,
+                                "max_turns": 2, "seed": 0}
+    assert [t["role"] for t in rows["sys"]["conversations"]] == ["system", "user", "assistant"]
+    progress = json.loads((tmp_path / "out.progress.json").read_text())
+    assert progress["status"] == "finished" and progress["input_total"] == 15
+    # Without --resume an existing output is refused, and nothing is touched.
+    size = out.stat().st_size
+    assert regen.main(["--input", str(path), "--output", str(out), "--target", tiny_target, "--no-progress"]) == 2
+    assert "--resume" in capsys.readouterr().err and out.stat().st_size == size
+
+
+def test_batched_decode_matches_batch1_generate(tiny_target):
+    """Rows leave at different steps (EOS) and new rows join the running cache; greedy output equals HF batch-1."""
+    from eagle3lab.target import load_target
+
+    t = load_target(tiny_target)
+    prompts = [[1] + list(range(5 + i, 5 + i + 3 + 7 * i)) for i in range(10)]
+    refs = [t.model.generate(torch.tensor([p]), max_new_tokens=20, do_sample=False, eos_token_id=None,
+                             pad_token_id=2)[0, len(p):].tolist() for p in prompts]
+    eos = {refs[i][3 + 2 * i] for i in (0, 3, 6)}  # stop tokens that end some rows early
+    engine = BatchGenerator(t.model, t.tokenizer, batch_size=4, max_new_tokens=20, refill_fraction=0.01)
+    engine.eos = eos
+    for i, p in enumerate(prompts):
+        engine.submit(i, p)
+    got = {}
+    engine.run(lambda h, r: got.__setitem__(h, r))
+    lengths = set()
+    for i, ref in enumerate(refs):
+        cut = next((k for k, x in enumerate(ref) if x in eos), None)
+        expected = ref if cut is None else ref[:cut]
+        assert got[i].text == t.tokenizer.decode(expected, skip_special_tokens=True), i
+        assert got[i].finish_reason == ("length" if cut is None else "stop")
+        lengths.add(got[i].new_tokens)
+    assert len(lengths) >= 3  # rows really finished at different steps
+
+
+def test_second_turn_is_conditioned_on_regenerated_first(tmp_path, tiny_target, monkeypatch):
+    prompts = {}
+    original_submit = BatchGenerator.submit
+
+    def spy(self, handle, prompt):
+        prompts.setdefault(handle.job.key, []).append(list(prompt))
+        original_submit(self, handle, prompt)
+
+    monkeypatch.setattr(BatchGenerator, "submit", spy)
+    path = write_rows(tmp_path / "in.jsonl", [chat(0, turns=2), chat(1, turns=2)])
+    regenerate(path, tmp_path / "out.jsonl", target=tiny_target, dtype="float32", max_new_tokens=6, max_turns=2,
+               progress_bar=False)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_target)
+    for row in map(json.loads, open(tmp_path / "out.jsonl")):
+        conv = row["conversations"]
+        assert len(prompts[row["id"]]) == 2
+        second = tok.decode(prompts[row["id"]][1])
+        # The second prompt carries the regenerated first answer, not the original one.
+        assert conv[1]["content"] in second and "original answer" not in second
+        expected = tok.apply_chat_template(conv[:3], add_generation_prompt=True, tokenize=False)
+        assert prompts[row["id"]][1] == tok(expected, add_special_tokens=False)["input_ids"]
+
+
+def _run_cli(args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "eagle3lab.regen", *args], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _wait_for_lines(path: Path, n: int, proc, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= n:
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"run ended before writing {n} records: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.05)
+    pytest.fail(f"{path} did not reach {n} records in {timeout} s")
+
+
+def _ids(path: Path) -> list[str]:
+    return [json.loads(line)["id"] for line in open(path)] if path.exists() else []
+
+
+def test_kill9_then_resume_loses_and_duplicates_nothing(tmp_path, tiny_target):
+    n = 40
+    path = write_rows(tmp_path / "in.jsonl", [chat(i) for i in range(n)] + ['{"torn":'])
+    out = tmp_path / "out.jsonl"
+    proc = _run_cli(["--input", str(path), "--output", str(out), "--target", tiny_target, "--dtype", "float32",
+                     "--batch-size", "1", "--max-new-tokens", "24", "--no-progress"])
+    _wait_for_lines(out, 3, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    before = _ids(out)
+    assert 3 <= len(before) < n, "the kill should land mid-run"
+    with open(out, "ab") as f:  # also simulate a record torn mid-write
+        f.write(b'{"id": "r999", "conversa')
+    result = regenerate(path, out, target=tiny_target, dtype="float32", batch_size=8, max_new_tokens=24,
+                        resume=True, progress_bar=False)
+    after = _ids(out)
+    assert after[: len(before)] == before  # earlier records kept as they were
+    assert len(after) == len(set(after)) == n and set(after) == {f"r{i}" for i in range(n)}
+    assert result.accounting.ok and result.accounting.skipped == 1 and result.accounting.input == n + 1
+
+
+def test_torn_tail_truncation(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_bytes(b'{"id": "a"}\n{"id": "b"}\n{"id": "c", "conv')
+    assert truncate_torn_tail(p) == len(b'{"id": "c", "conv')
+    assert p.read_bytes() == b'{"id": "a"}\n{"id": "b"}\n'
+    assert truncate_torn_tail(p) == 0
+    p.write_bytes(b'{"id": "only-torn"')
+    truncate_torn_tail(p)
+    assert p.read_bytes() == b""
+    files = RunFiles(tmp_path / "x.jsonl")
+    assert files.errors.name == "x.errors.jsonl" and files.skipped.name == "x.skipped.jsonl"
+
+
+# ---- the openai backend against a real transformers serve --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(tiny_target, tmp_path_factory):
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with transformers_serve(tiny_target, log_path=log) as (address, proc):
+        yield address
+
+
+def test_openai_backend_multi_turn_and_data_parallel(tmp_path, tiny_target, served):
+    path = write_rows(tmp_path / "in.jsonl", [chat(i, turns=2) for i in range(4)] + BAD_ROWS[:3])
+    out = tmp_path / "out.jsonl"
+    dead = f"127.0.0.1:{regen.free_port()}"  # a second address that is down: the run uses the live one
+    result = regenerate(path, out, backend="openai", server_addresses=[served, dead], target=tiny_target,
+                        max_new_tokens=8, max_turns=2, concurrency=3, retries=2, backoff=0.05, progress_bar=False)
+    assert result.accounting.ok and result.accounting.success == 4 and result.accounting.skipped == 3
+    for row in map(json.loads, open(out)):
+        assert [t["role"] for t in row["conversations"]] == ["user", "assistant"] * 2
+        assert row["generation"]["backend"] == "openai" and row["generation"]["model"] == tiny_target
+        assert len(row["turns"]) == 2 and all(t["new_tokens"] >= 1 for t in row["turns"])
+        assert "original answer" not in row["conversations"][1]["content"]
+
+
+def test_openai_no_server_at_start_is_a_clear_error(tmp_path, capsys):
+    path = write_rows(tmp_path / "in.jsonl", [chat(0)])
+    port = regen.free_port()
+    rc = regen.main(["--backend", "openai", "--input", str(path), "--output", str(tmp_path / "out.jsonl"),
+                     "--server-address", f"127.0.0.1:{port}", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "no regeneration server is reachable" in err and f"127.0.0.1:{port}" in err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target):
+    n = 30
+    path = write_rows(tmp_path / "in.jsonl", [chat(i) for i in range(n)])
+    out = tmp_path / "out.jsonl"
+    with transformers_serve(tiny_target, log_path=tmp_path / "serve1.log") as (address, server):
+        proc = _run_cli(["--backend", "openai", "--input", str(path), "--output", str(out), "--server-address",
+                         address, "--target", tiny_target, "--max-new-tokens", "64", "--concurrency", "1",
+                         "--retries", "1", "--backoff", "0.05", "--timeout", "20", "--no-progress"])
+        _wait_for_lines(out, 2, proc)
+        server.kill()
+        server.wait(timeout=30)
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr
+    errors = [json.loads(line) for line in open(tmp_path / "out.errors.jsonl")]
+    assert errors and all("gave up after 2 attempts" in e["error"] for e in errors)
+    assert f"= success {len(_ids(out))} + error {len(errors)} + skipped 0 [OK]" in stdout
+    with transformers_serve(tiny_target, log_path=tmp_path / "serve2.log") as (address, _):
+        result = regenerate(path, out, backend="openai", server_addresses=[address], target=tiny_target,
+                            max_new_tokens=64, concurrency=4, resume=True, progress_bar=False)
+    ids = _ids(out)
+    assert result.accounting.ok and result.accounting.errors == 0
+    assert len(ids) == len(set(ids)) == n
+    assert (tmp_path / "out.errors.jsonl").read_text() == ""
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(RegenError, match="does not exist"):
+        regenerate(tmp_path / "missing.jsonl", tmp_path / "out.jsonl")
+    with pytest.raises(RegenError, match="unknown backend"):
+        regenerate(tmp_path / "missing.jsonl", tmp_path / "out.jsonl", backend="vllm")

@@ -1,0 +1,193 @@
+"""The speculative decoding engine: losslessness, tree masks, cache rollback, rejection sampling, EAGLE mode."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from eagle3lab.draft import DraftConfig, Eagle3Draft
+from eagle3lab.spec import Generation, SpecConfig, SpecEngine, _Tree, generate, keep_cache_positions
+
+CHAIN_AND_TREE = ["1,1,1,2", "1,3,1,4", "1,1,3,3", "1,3,2,5", "1,3,2,8", "1,4,4,12"]
+
+
+def tiny_target(seed=0, init=0.2, vocab=256, layers=4, hidden=64):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=512, tie_word_embeddings=True,
+        initializer_range=init,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def random_draft(target, draft_vocab, seed=1):
+    torch.manual_seed(seed)
+    draft = Eagle3Draft(DraftConfig.from_target(target.config, draft_vocab_size=draft_vocab)).eval()
+    draft.set_vocab(torch.randperm(target.config.vocab_size)[:draft_vocab])
+    with torch.no_grad():
+        draft.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+    return draft
+
+
+def copying_draft(target, draft_vocab=192, seed=1):
+    """A draft that predicts 'the token repeats': fc passes the first aux layer (about the token's embedding),
+    the layer adds nothing, and the head is the target's tied embedding. Tiny random targets repeat tokens in runs,
+    so this draft is accepted often but not always."""
+    draft = random_draft(target, draft_vocab, seed)
+    h = target.config.hidden_size
+    with torch.no_grad():
+        draft.fc.weight.zero_()
+        draft.fc.weight[:, :h] = torch.eye(h)
+        draft.midlayer.self_attn.o_proj.weight.zero_()
+        draft.midlayer.mlp.down_proj.weight.zero_()
+        draft.norm.weight.copy_(target.model.norm.weight)
+        draft.lm_head.weight.copy_(target.lm_head.weight[draft.draft_ids])
+    return draft
+
+
+@pytest.fixture(scope="module")
+def chaotic():
+    """A random target whose greedy output changes token almost every step, and a random draft."""
+    target = tiny_target(init=0.2)
+    return target, random_draft(target, 128)
+
+
+@pytest.fixture(scope="module")
+def repetitive():
+    target = tiny_target(init=0.05)
+    return target, copying_draft(target)
+
+
+def prompts(n, vocab=256, length=20, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (length,), generator=g).tolist() for _ in range(n)]
+
+
+# ---- config ------------------------------------------------------------------------------------------------------
+
+
+def test_config_parse_and_validation():
+    assert SpecConfig.parse("1,0,0,0").is_baseline
+    c = SpecConfig.parse("1,5,1,6")
+    assert (c.steps, c.topk, c.num_draft_tokens, c.label) == (5, 1, 6, "1,5,1,6")
+    assert SpecConfig.parse("1,3,4,16").max_draft_tokens == 1 + 4 + 2 * 16
+    with pytest.raises(ValueError, match="batch size 4"):
+        SpecConfig.parse("4,5,1,6")
+    with pytest.raises(ValueError, match="steps \\+ 1"):
+        SpecConfig.parse("1,5,1,4")
+    with pytest.raises(ValueError, match="between 2 and"):
+        SpecConfig.parse("1,2,2,8")
+    with pytest.raises(ValueError, match="four integers"):
+        SpecConfig.parse("1,5,1")
+    with pytest.raises(ValueError, match="needs a draft"):
+        SpecEngine(tiny_target(layers=2), None, "1,3,1,4")
+
+
+# ---- losslessness --------------------------------------------------------------------------------------------------
+
+
+def test_baseline_equals_hf_generate(chaotic):
+    target, _ = chaotic
+    for prompt in prompts(2):
+        ours = generate(target, prompt, 30)
+        ref = target.generate(torch.tensor([prompt]), max_new_tokens=30, do_sample=False, min_new_tokens=30)
+        assert ours.tokens == ref[0, len(prompt):].tolist()
+        assert ours.verify_count == 29 and ours.accept_length == 1.0
+
+
+@pytest.mark.parametrize("config", CHAIN_AND_TREE)
+def test_lossless_random_draft(chaotic, config):
+    target, draft = chaotic
+    assert len(set(generate(target, prompts(1)[0], 30).tokens)) > 10  # the output really varies
+    for prompt in prompts(2):
+        base = generate(target, prompt, 30)
+        for mode in ("eagle3", "eagle"):
+            spec = generate(target, prompt, 30, draft=draft, config=config, mode=mode)
+            assert spec.tokens == base.tokens, (config, mode)
+
+
+@pytest.mark.parametrize("config", CHAIN_AND_TREE)
+def test_lossless_accepting_draft(repetitive, config):
+    target, draft = repetitive
+    lengths = []
+    for prompt in prompts(3, seed=11):
+        base = generate(target, prompt, 48)
+        spec = generate(target, prompt, 48, draft=draft, config=config)
+        assert spec.tokens == base.tokens
+        lengths.append(spec.accept_length)
+    steps = SpecConfig.parse(config).steps
+    assert 1.2 < max(lengths), lengths  # the draft is really accepted ...
+    assert min(lengths) < steps + 1  # ... and really rejected sometimes
+
+
+def test_eos_stops_generation(chaotic):
+    target, draft = chaotic
+    prompt = prompts(1)[0]
+    full = generate(target, prompt, 30).tokens
+    eos = full[7]
+    for config in ("1,0,0,0", "1,3,1,4", "1,3,2,5"):
+        g = generate(target, prompt, 30, draft=draft, config=config, eos_token_ids=[eos])
+        assert g.tokens == full[: full.index(eos) + 1] and g.finished_by == "eos"
+
+
+# ---- tree mask and cache rollback --------------------------------------------------------------------------------
+
+
+def _example_tree(vocab):
+    """root -> a, b; a -> c, d; c -> e (depths 1, 1, 2, 2, 3)."""
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, vocab, (6,), generator=g).tolist()
+    parents = [-1, 0, 0, 1, 1, 3]
+    depths = [0, 1, 1, 2, 2, 3]
+    children = [[1, 2], [3, 4], [], [5], [], []]
+    return _Tree(tokens=tokens, parents=parents, depths=depths, children=children, proposal=[None] * 6)
+
+
+def _branch(tree, node):
+    path = []
+    while node != -1:
+        path.append(node)
+        node = tree.parents[node]
+    return path[::-1]
+
+
+@torch.inference_mode()
+def test_tree_verify_logits_equal_sequential_branches(chaotic):
+    target, draft = chaotic
+    engine = SpecEngine(target, draft, "1,3,2,6")
+    context = prompts(1)[0]
+    tree = _example_tree(target.config.vocab_size)
+    cache = DynamicCache(config=target.config)
+    engine._target(context, 0, cache, None)
+    n = len(context)
+    logits, _ = engine._target(tree.tokens, n, cache, None, mask=engine._tree_mask(tree, n), depths=tree.depths)
+    for leaf in (2, 4, 5):
+        branch = _branch(tree, leaf)
+        full = target(torch.tensor([context + [tree.tokens[i] for i in branch]])).logits[0, n:]
+        torch.testing.assert_close(logits[branch], full.float(), atol=1e-4, rtol=1e-4)
+
+
+@torch.inference_mode()
+def test_cache_rollback_keeps_exactly_the_accepted_positions(chaotic):
+    target, draft = chaotic
+    engine = SpecEngine(target, draft, "1,3,2,6")
+    context = prompts(1)[0]
+    n = len(context)
+    tree = _example_tree(target.config.vocab_size)
+    chain = _Tree(tokens=tree.tokens[:4], parents=[-1, 0, 1, 2], depths=[0, 1, 2, 3], children=[[1], [2], [3], []],
+                  proposal=[None] * 4)
+    # a deep tree path and a side branch (gathered), a chain prefix (cropped), nothing accepted
+    for t, rows in ((tree, [0, 1, 3, 5]), (tree, [0, 2]), (chain, [0, 1, 2]), (tree, [0])):
+        cache = DynamicCache(config=target.config)
+        engine._target(context, 0, cache, None)
+        engine._target(t.tokens, n, cache, None, mask=engine._tree_mask(t, n), depths=t.depths)
+        keep_cache_positions(cache, n, rows)
+        ref = DynamicCache(config=target.config)
+        target.model(input_ids=torch.tensor([context + [t.tokens[r] for r in rows]]), cache=ref, use_cache=True)
+        assert cache.get_seq_length() == n + len(rows)
+        for mine, theirs in zip(cache.layers, ref.layers):
+            torch.testing.assert_close(mine.keys, theirs.keys, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(mine.values, theirs.values, atol=1e-5, rtol=1e-5)
