@@ -48,6 +48,15 @@ def copying_draft(target, draft_vocab=192, seed=1):
     return draft
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: one thread avoids OpenMP contention on a shared 2-core machine (tens of times faster)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def chaotic():
     """A random target whose greedy output changes token almost every step, and a random draft."""
@@ -191,3 +200,157 @@ def test_cache_rollback_keeps_exactly_the_accepted_positions(chaotic):
         for mine, theirs in zip(cache.layers, ref.layers):
             torch.testing.assert_close(mine.keys, theirs.keys, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(mine.values, theirs.values, atol=1e-5, rtol=1e-5)
+
+
+# ---- rejection sampling preserves the target distribution --------------------------------------------------------
+
+
+def test_verify_step_distribution_matches_target(chaotic):
+    """The acceptance rule alone, many samples: the first emitted token is distributed as the target's p at the
+    root, both for a sampled chain proposal (Leviathan) and for deterministic top-k children (point masses)."""
+    target, draft = chaotic
+    engine = SpecEngine(target, draft, "1,1,1,2")
+    vocab = target.config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, vocab, generator=gen) * 2
+    p = torch.softmax(logits[0], -1)
+    draft_logits = torch.randn(draft.config.draft_vocab_size, generator=gen) * 2
+    q = torch.softmax(draft_logits, -1)
+    # make proposals likely tokens so acceptance and rejection both happen often
+    top = p.topk(3).indices.tolist()
+    n = 20000
+    for kind in ("sampled", "topk"):
+        counts = torch.zeros(vocab)
+        for _ in range(n):
+            if kind == "sampled":
+                d = int(torch.multinomial(q, 1, generator=gen))
+                tree = _Tree(tokens=[0, engine.draft_vocab_to_target[d]], parents=[-1, 0], depths=[0, 1],
+                             children=[[1], []], proposal=[None, q])
+            else:
+                tree = _Tree(tokens=[0] + top, parents=[-1, 0, 0, 0], depths=[0, 1, 1, 1],
+                             children=[[1, 2, 3], [], [], []], proposal=[None] * 4)
+            path, bonus = engine._verify(tree, logits, 1.0, gen)
+            counts[tree.tokens[path[0]] if path else bonus] += 1
+        tv = 0.5 * (counts / n - p).abs().sum()
+        assert tv < 0.04, (kind, float(tv))
+        likely = p > 5 / n
+        expected = p[likely] * n
+        observed = counts[likely]
+        stat = chisquare(observed, expected * observed.sum() / expected.sum())
+        assert stat.pvalue > 1e-4, (kind, stat)
+
+
+@torch.inference_mode()
+def _exact_marginals(target, prompt, temperature):
+    """P(token 1), P(token 2), P(token 3) of the target's own sampling, computed exhaustively."""
+    vocab = target.config.vocab_size
+    p1 = torch.softmax(target(torch.tensor([prompt])).logits[0, -1] / temperature, -1)
+    seqs = torch.tensor([prompt + [a] for a in range(vocab)])
+    p2_given = torch.softmax(target(seqs).logits[:, -1] / temperature, -1)  # [a, b]
+    joint12 = p1[:, None] * p2_given
+    seqs = torch.tensor([prompt + [a, b] for a in range(vocab) for b in range(vocab)])
+    p3_given = torch.softmax(target(seqs).logits[:, -1] / temperature, -1).view(vocab, vocab, vocab)
+    p3 = (joint12[:, :, None] * p3_given).sum((0, 1))
+    return p1, joint12.sum(0), p3
+
+
+@pytest.mark.parametrize("config", ["1,2,1,3", "1,2,2,4"])
+def test_sampling_end_to_end_matches_target_marginals(config):
+    """Whole generations on a tiny model (vocab 24, draft vocab 12): the empirical marginals of tokens 2 and 3,
+    which pass through draft proposals, acceptance and residual sampling, match the target's exact marginals."""
+    target = tiny_target(init=0.15, vocab=24, layers=4, hidden=32)
+    draft = copying_draft(target, draft_vocab=12)
+    prompt = prompts(1, vocab=24, length=6)[0]
+    temperature = 1.5
+    exact = _exact_marginals(target, prompt, temperature)
+    engine = SpecEngine(target, draft, config)
+    n = 700
+    counts = torch.zeros(3, 24)
+    accepted = 0
+    for i in range(n):
+        g = engine.generate(prompt, 3, temperature=temperature, seed=i)
+        accepted += sum(g.accepted)
+        for j, t in enumerate(g.tokens):
+            counts[j, t] += 1
+    assert accepted > 50  # proposals are accepted often enough to matter
+    for j in range(3):
+        tv = 0.5 * (counts[j] / n - exact[j]).abs().sum()
+        assert tv < 0.12, (j, float(tv))
+        likely = exact[j] > 5 / n
+        stat = chisquare(counts[j][likely], exact[j][likely] * counts[j][likely].sum() / exact[j][likely].sum())
+        assert stat.pvalue > 1e-4, (j, stat)
+
+
+# ---- EAGLE (wrong flag) mode -------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def test_eagle_mode_skips_fc_and_uses_the_target_head(repetitive):
+    target, _ = repetitive
+    draft = copying_draft(target, draft_vocab=256)  # every token draftable; d2t a permutation, as trained vocabs are
+    fc_calls = []
+    handle = draft.fc.register_forward_hook(lambda *a: fc_calls.append(1))
+    try:
+        prompt = prompts(1, seed=11)[0]
+        wrong = generate(target, prompt, 24, draft=draft, config="1,3,1,4", mode="eagle", trace=True)
+        assert not fc_calls
+        right = generate(target, prompt, 24, draft=draft, config="1,3,1,4", mode="eagle3")
+        assert fc_calls
+    finally:
+        handle.remove()
+    # the first proposal, recomputed by hand the way SGLang's EAGLE path does it
+    final = target.model(input_ids=torch.tensor([prompt])).last_hidden_state
+    first = wrong.tokens[0]
+    _, out = draft(torch.tensor([prompt[1:] + [first]]), final, torch.arange(len(prompt))[None])
+    head = target.lm_head.weight[: draft.config.draft_vocab_size]
+    expected = int(draft.draft_to_target(torch.nn.functional.linear(draft.norm(out[0, -1]), head).argmax()))
+    assert wrong.rounds[0][0][0] == expected
+    # the same trained draft: accepted under EAGLE3, useless under EAGLE, and both lossless
+    assert wrong.tokens == right.tokens
+    assert right.accept_length > 1.5 and wrong.accept_length < 1.2
+
+
+# ---- accounting --------------------------------------------------------------------------------------------------
+
+
+def test_accept_length_accounting(repetitive):
+    target, draft = repetitive
+    prompt = prompts(1, seed=11)[0]
+    g = generate(target, prompt, 200, draft=draft, config="1,4,1,5")
+    assert g.finished_by == "length" and g.completion_tokens == 200
+    assert g.verify_count == len(g.accepted)
+    # every verify emits its accepted drafts plus one bonus token; only the last may be cut at the length limit
+    assert sum(a + 1 for a in g.accepted[:-1]) < 199 <= sum(a + 1 for a in g.accepted)
+    assert g.accept_length == pytest.approx(199 / g.verify_count)
+    assert g.sglang_accept_length == pytest.approx(200 / g.verify_count)
+    acc = g.position_acceptance
+    assert len(acc) == 4 and all(a >= b for a, b in zip(acc, acc[1:]))
+    assert acc[0] == pytest.approx(sum(a >= 1 for a in g.accepted) / g.verify_count)
+    assert g.time_total >= g.time_prefill + g.time_draft + g.time_verify
+    base = generate(target, prompt, 50)
+    assert (base.verify_count, base.accept_length, base.position_acceptance) == (49, 1.0, [])
+    summary = Generation(config="1,0,0,0", mode="baseline", prompt_tokens=3, tokens=[1], finished_by="eos").summary()
+    assert summary["accept_length"] == 1.0 and summary["verify_count"] == 0
+
+
+# ---- SmolLM2 -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_lossless_smollm2_random_draft():
+    from eagle3lab.bench import encode_chat
+    from eagle3lab.target import load_target
+
+    target = load_target()
+    torch.manual_seed(0)
+    draft = Eagle3Draft(DraftConfig.from_target(target.model.config, draft_vocab_size=2048)).eval()
+    with torch.no_grad():
+        draft.embed_tokens.weight.copy_(target.model.model.embed_tokens.weight)
+    messages = [{"role": "user", "content": "Name three prime numbers and explain why they are prime."}]
+    prompt = encode_chat(target.tokenizer, messages)
+    base = generate(target.model, prompt, 24)
+    ref = target.model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False, min_new_tokens=24)
+    assert base.tokens == ref[0, len(prompt):].tolist()
+    for config in ("1,3,1,4", "1,3,2,6"):
+        spec = generate(target.model, prompt, 24, draft=draft, config=config)
+        assert spec.tokens == base.tokens, config

@@ -1,0 +1,124 @@
+"""`eagle3lab bench` end to end on a tiny random target (SmolLM2's tokenizer) with a random draft."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from eagle3lab.bench import load_prompts, main, measure_forward_costs, run_benchmark, to_dataframe
+from eagle3lab.draft import DraftConfig, Eagle3Draft, save_draft
+from eagle3lab.target import converted_dir, resolve
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random Llama folder with SmolLM2's tokenizer and chat template, a random draft, a prompt file."""
+    root = tmp_path_factory.mktemp("bench")
+    tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=1024,
+                      tie_word_embeddings=True, initializer_range=0.2,
+                      eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    model = LlamaForCausalLM(cfg).eval()
+    model.save_pretrained(root / "target")
+    tokenizer.save_pretrained(root / "target")
+    draft = Eagle3Draft(DraftConfig.from_target(cfg, draft_vocab_size=512))
+    draft.set_vocab(torch.randperm(cfg.vocab_size)[:512])
+    with torch.no_grad():
+        draft.embed_tokens.weight.copy_(model.model.embed_tokens.weight)
+    save_draft(draft, root / "draft")
+    prompts = root / "prompts.jsonl"
+    prompts.write_text(
+        json.dumps({"id": "a", "set": "chat", "prompt": "Write a haiku about caches."}) + "\n"
+        + json.dumps({"id": 2, "set": "chat", "conversations": [
+            {"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"},
+            {"from": "human", "value": "Count to five."}, {"from": "gpt", "value": "1 2 3 4 5"}]}) + "\n"
+        + json.dumps({"id": "c", "set": "code", "prompt": "def add(a, b):"}) + "\n"
+    )
+    assert converted_dir("smollm2-135m-instruct").exists()
+    return root
+
+
+def test_cli_end_to_end(tiny, capsys):
+    out = tiny / "result.json"
+    rc = main([
+        "--target", str(tiny / "target"), "--prompts", str(tiny / "prompts.jsonl"), "--max-new-tokens", "12",
+        "--configs", "1,0,0,0", "1,2,1,3", "1,2,2,4", "--draft", str(tiny / "draft"), "--modes", "eagle3,eagle",
+        "--repeats", "2", "--output", str(out), "--quiet",
+    ])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "hf-prompt-lookup" in printed and "draft [EAGLE]" in printed
+    result = json.loads(out.read_text())
+    assert result["meta"]["sets"] == ["chat", "code"] and result["meta"]["repeats"] == 2
+    rows = result["rows"]
+    # per set: baseline, 2 peers, 2 modes x 2 speculative configs
+    assert len(rows) == 2 * (1 + 2 + 4)
+    for row in rows:
+        for key in ("set", "system", "config", "accept_length", "tokens_per_s", "speedup_vs_baseline",
+                    "speedup_vs_hf_generate", "identical_rate", "divergences", "position_acceptance"):
+            assert key in row, key
+        assert row["tokens_per_s"] > 0
+    chat = [r for r in rows if r["set"] == "chat"]
+    assert chat[0]["system"] == "baseline" and chat[0]["speedup_vs_baseline"] == 1.0
+    assert [r["prompts"] for r in chat] == [2] * len(chat)
+    for row in chat:
+        # float32: every system reproduces the baseline's greedy output token for token
+        assert row["identical_rate"] == 1.0 and row["divergences"] == [], row["system"]
+        if row["draft"]:
+            assert len(row["position_acceptance"]) == 2 and row["accept_length"] >= 1.0
+            assert row["verify_count"] > 0 and abs(sum(row["time_split"].values()) - 1) < 1e-6
+    per_prompt = result["per_prompt"]
+    assert len(per_prompt) == 3 * 7 and all(len(p["times"]) == 2 for p in per_prompt)
+
+
+def test_cli_errors(tiny, capsys):
+    base = ["--target", str(tiny / "target"), "--prompts", str(tiny / "prompts.jsonl"), "--quiet"]
+    assert main(base + ["--configs", "2,3,1,4", "--draft", str(tiny / "draft")]) == 2
+    assert "batch size 2" in capsys.readouterr().err
+    assert main(base + ["--configs", "1,3,1,4", "--draft", str(tiny / "missing")]) == 2
+    assert "no draft there" in capsys.readouterr().err
+    bad = tiny / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "x", "prompt": "ok"}) + "\n" + json.dumps({"id": "y", "text": "?"}) + "\n")
+    assert main(["--target", str(tiny / "target"), "--prompts", str(bad), "--configs", "1,0,0,0", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl: record 2" in err and "'prompt'" in err
+
+
+def test_prompts_and_python_api(tiny):
+    from eagle3lab.target import load_target
+
+    target = load_target(str(tiny / "target"))
+    prompts = load_prompts(target.tokenizer, prompts_file=tiny / "prompts.jsonl", limit=1)
+    assert [(p.id, p.set) for p in prompts] == [("a", "chat"), ("c", "code")]
+    convo = load_prompts(target.tokenizer, prompts_file=tiny / "prompts.jsonl")[1]
+    assert [m["role"] for m in convo.messages] == ["user", "assistant", "user"]  # trailing answer dropped
+    text = target.tokenizer.decode(convo.ids)
+    assert "Count to five." in text and "1 2 3 4 5" not in text and text.rstrip().endswith("assistant")
+    result = run_benchmark(target, prompts_file=tiny / "prompts.jsonl", limit=1, max_new_tokens=6,
+                           configs=["1,3,1,4"], drafts=[tiny / "draft"], peers=[], progress=False)
+    df = to_dataframe(result)
+    assert list(df["config"]) == ["1,0,0,0", "1,3,1,4"] * 2 and set(df["set"]) == {"chat", "code"}
+
+
+def test_forward_costs(tiny):
+    from eagle3lab.draft import load_draft
+    from eagle3lab.target import load_target
+
+    target = load_target(str(tiny / "target"))
+    draft = load_draft(tiny / "draft", target=target.model)
+    costs = measure_forward_costs(target.model, draft, context=40, ks=(1, 4), repeats=2, topk=2)
+    assert costs["context"] == 40 and set(costs["verify"]) == {1, 4}
+    assert all(v > 0 for v in (costs["target_step"], costs["draft_step"], *costs["verify"].values()))
