@@ -86,3 +86,13 @@ def test_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):
         target_mod.resolve("smollm2-135m-instruct")
     assert not (tmp_path / "models" / "smollm2-135m-instruct").exists()
     assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_aux_capture_with_kv_cache_matches_full_forward(tiny_llama):
+    ids = torch.randint(0, 320, (1, 12))
+    indices = aux_hidden_indices(tiny_llama.config.num_hidden_layers)
+    full = forward_with_aux(tiny_llama, ids, indices)
+    first = forward_with_aux(tiny_llama, ids[:, :8], indices, use_cache=True)
+    rest = forward_with_aux(tiny_llama, ids[:, 8:], indices, cache=first.cache, use_cache=True)
+    torch.testing.assert_close(torch.cat([first.aux, rest.aux], dim=1), full.aux, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(rest.logits, full.logits[:, 8:], atol=1e-5, rtol=1e-5)

@@ -188,7 +188,7 @@ class TargetOutput:
     aux: torch.Tensor  # [B, T, len(layers) * H], residual stream (pre-norm)
     final: torch.Tensor  # [B, T, H], the final hidden state after the model norm
     logits: torch.Tensor | None
-    past_key_values: object | None
+    cache: object | None  # the target's KV cache when use_cache=True
 
 
 def forward_with_aux(
@@ -198,7 +198,7 @@ def forward_with_aux(
     *,
     attention_mask: torch.Tensor | None = None,
     position_ids: torch.Tensor | None = None,
-    past_key_values=None,
+    cache=None,
     use_cache: bool = False,
     logits: bool = True,
 ) -> TargetOutput:
@@ -208,7 +208,7 @@ def forward_with_aux(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            cache=cache,
             use_cache=use_cache,
         )
         aux = cap.concat()
@@ -217,5 +217,5 @@ def forward_with_aux(
         aux=aux,
         final=final,
         logits=model.lm_head(final) if logits else None,
-        past_key_values=out.past_key_values if use_cache else None,
+        cache=out.cache if use_cache else None,
     )
