@@ -83,6 +83,15 @@ def test_pretokenized_splits_turns_at_loss_mask(tmp_path, smollm2):
     (rec,) = load_records(p, tokenizer=tok)
     assert rec.conversations == [{"role": "user", "content": "What is the capital of France?"},
                                  {"role": "assistant", "content": "Paris is the capital."}]
+    # a ChatML-rendered conversation: the prompt side is parsed back into its system and user turns
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of Italy?"},
+            {"role": "assistant", "content": "Rome."}]
+    prefix = tok(tok.apply_chat_template(chat[:2], tokenize=False, add_generation_prompt=True),
+                 add_special_tokens=False)["input_ids"]
+    full = tok(tok.apply_chat_template(chat, tokenize=False), add_special_tokens=False)["input_ids"]
+    loss_mask = [0] * len(prefix) + [1] * (len(full) - len(prefix))
+    p2 = _jsonl(tmp_path / "chatml.jsonl", [{"input_ids": full, "loss_mask": loss_mask}])
+    assert load_records(p2, tokenizer=tok)[0].conversations == chat
     with pytest.raises(InputError, match="needs the tokenizer"):
         load_records(p)
     bad = _jsonl(tmp_path / "bad.jsonl", [{"input_ids": [1, 2, 3], "loss_mask": [0, 1]}])

@@ -78,6 +78,10 @@ def test_encode_for_scoring_masks_only_the_answers(smollm2):
     short, smask = survey.encode_for_scoring(tok, turns, max_tokens=len(ids) - 3)
     assert len(short) == len(ids) - 3 and sum(smask) == sum(mask) - 3
     assert survey.encode_for_scoring(tok, [{"role": "user", "content": "no answer"}], 512) is None
+    # an answer starting with spaces (HumanEval's solutions) would merge with the template's newline in one BPE pass
+    code = [{"role": "user", "content": "def f(x):"}, {"role": "assistant", "content": "    return x"}]
+    ids, mask = survey.encode_for_scoring(tok, code, max_tokens=512)
+    assert tok.decode([t for t, m in zip(ids, mask) if m]) == "    return x<|im_end|>\n"
 
 
 def test_token_nll_matches_full_logits(tiny_llama):

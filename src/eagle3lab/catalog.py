@@ -59,7 +59,8 @@ def load_catalog(path: str | Path = CATALOG_PATH) -> list[Source]:
         raise InputError(f"{path}: expected a mapping with a list under 'sources'")
     sources, seen_ids, seen_ranks = [], set(), {}
     for i, entry in enumerate(doc["sources"]):
-        where = f"{path}: entry {i}" + (f" ({entry.get('id')!r})" if isinstance(entry, dict) and entry.get("id") else "")
+        named = isinstance(entry, dict) and entry.get("id")
+        where = f"{path}: entry {i}" + (f" ({entry['id']!r})" if named else "")
         if not isinstance(entry, dict):
             raise InputError(f"{where}: expected a mapping")
         for name in FIELDS:
@@ -107,7 +108,7 @@ def ranked(sources: list[Source]) -> list[Source]:
 def _packaged_loaders() -> dict:
     from . import data
 
-    return {**{k: v for k, v in data.TRAINING_SOURCES.items()}, **data.EVALUATION_SETS}
+    return {**data.TRAINING_SOURCES, **data.EVALUATION_SETS}
 
 
 def local_path(source: Source, mirror: Path = HUB_MIRROR) -> Path | None:

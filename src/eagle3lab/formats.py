@@ -14,6 +14,7 @@ or a Hugging Face hub id (online only).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from .data import ROLE_NAMES, Record
@@ -196,8 +197,12 @@ def _prompt_response(row, where, _tok):
                            {"role": "assistant", "content": _text(row, rkey, where)}]
 
 
+CHATML_TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|$)", re.S)
+
+
 def _pretokenized(row, where, tokenizer):
-    """Split the token stream into turns at loss-mask changes: unmasked spans are user text, masked the answers."""
+    """Split the token stream into turns at loss-mask changes: masked spans are the answers. An unmasked span is the
+    prompt side; rendered in ChatML it is parsed into its system/user turns, otherwise it is one user turn."""
     ids, mask = row.get("input_ids"), row.get("loss_mask")
     if not isinstance(ids, list) or not isinstance(mask, list):
         raise InputError(f"{where}: fields 'input_ids' and 'loss_mask' should be lists")
@@ -205,11 +210,18 @@ def _pretokenized(row, where, tokenizer):
         raise InputError(f"{where}: field 'loss_mask' has {len(mask)} entries but 'input_ids' has {len(ids)}")
     turns, start = [], 0
     for k in range(1, len(ids) + 1):
-        if k == len(ids) or bool(mask[k]) != bool(mask[start]):
-            text = tokenizer.decode(ids[start:k], skip_special_tokens=True).strip()
+        if k < len(ids) and bool(mask[k]) == bool(mask[start]):
+            continue
+        span = ids[start:k]
+        raw = tokenizer.decode(span, skip_special_tokens=False)
+        if not mask[start] and "<|im_start|>" in raw:
+            turns += [{"role": ROLE_NAMES.get(role, role), "content": text.strip()}
+                      for role, text in CHATML_TURN.findall(raw) if text.strip()]
+        else:
+            text = tokenizer.decode(span, skip_special_tokens=True).strip()
             if text:
                 turns.append({"role": "assistant" if mask[start] else "user", "content": text})
-            start = k
+        start = k
     return turns
 
 

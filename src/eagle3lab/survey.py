@@ -60,8 +60,10 @@ class Inventory:
         return d
 
 
-def inventory(records: list[Record], tokenizer, *, length_samples: int | None = None, seed: int = 0) -> Inventory:
-    """Counts and duplicates over all records; length distributions over a seeded sample of `length_samples`."""
+def inventory(records: list[Record], tokenizer, *, length_samples: int | None = None, seed: int = 0,
+              category: str | None = None) -> Inventory:
+    """Counts and duplicates over all records; length distributions over a seeded sample of `length_samples`.
+    `category` overrides the records' own (e.g. the catalog's category for the source)."""
     if not records:
         raise ValueError("inventory of an empty source")
     turns = user = assistant = starts_asst = empty = 0
@@ -81,7 +83,8 @@ def inventory(records: list[Record], tokenizer, *, length_samples: int | None = 
         seen_conv.add(conv_key)
         seen_prompt.add(prompt_key)
     n = len(records)
-    sample = records if not length_samples or length_samples >= n else random.Random(seed).sample(records, length_samples)
+    sample = (records if not length_samples or length_samples >= n
+              else random.Random(seed).sample(records, length_samples))
     cleaned = [clean_turns(with_reference(r))[0] for r in sample]
     user_texts = ["\n".join(t["content"] for t in c if t["role"] == "user") for c in cleaned]
     answers = [[t["content"] for t in c if t["role"] == "assistant"] for c in cleaned]
@@ -92,7 +95,7 @@ def inventory(records: list[Record], tokenizer, *, length_samples: int | None = 
         per_record.append(flat[k:k + len(per)])
         k += len(per)
     return Inventory(
-        source=records[0].source, category=records[0].category, records=n, turns=turns, user_turns=user,
+        source=records[0].source, category=category or records[0].category, records=n, turns=turns, user_turns=user,
         assistant_turns=assistant, starts_with_assistant=starts_asst, empty_turns=empty,
         duplicate_rate=round(dup_conv / n, 4), prompt_duplicate_rate=round(dup_prompt / n, 4),
         length_sample=len(sample), prompt_tokens=_quantiles(prompt_lengths), response_tokens=_quantiles(flat),
@@ -116,27 +119,26 @@ def _token_lengths(tokenizer, texts: list[str], chunk: int = 256) -> list[int]:
 
 def encode_for_scoring(tokenizer, turns: list[dict], max_tokens: int) -> tuple[list[int], list[bool]] | None:
     """Chat-template token ids of the conversation and a mask over the assistant answers' tokens (each answer's
-    text and end-of-turn). Truncated to max_tokens; None when no answer token survives."""
+    text and end-of-turn). Truncated to max_tokens; None when no answer token survives.
+
+    The rendered text is cut at every answer boundary and each piece tokenized on its own, as generation sees it
+    (the answer starts after the generation prompt's tokens), so BPE never merges across a boundary."""
     turns, _, _ = clean_turns(turns)
-    spans, full_ids = [], []
+    ids, mask, done = [], [], ""
     for i, turn in enumerate(turns):
         if turn["role"] != "assistant":
             continue
-        prefix = _ids(tokenizer, tokenizer.apply_chat_template(turns[:i], tokenize=False, add_generation_prompt=True))
-        if len(prefix) >= max_tokens:
+        prefix = tokenizer.apply_chat_template(turns[:i], tokenize=False, add_generation_prompt=True)
+        full = tokenizer.apply_chat_template(turns[:i + 1], tokenize=False)
+        if not (prefix.startswith(done) and full.startswith(prefix)):
+            break  # a template that is not incremental here: stop rather than mislabel tokens
+        context, answer = _ids(tokenizer, prefix[len(done):]), _ids(tokenizer, full[len(prefix):])
+        ids += context + answer
+        mask += [False] * len(context) + [True] * len(answer)
+        done = full
+        if len(ids) >= max_tokens:
             break
-        full = _ids(tokenizer, tokenizer.apply_chat_template(turns[:i + 1], tokenize=False))
-        if full[:len(prefix)] != prefix or (full_ids and full[:len(full_ids)] != full_ids):
-            continue  # a template that is not incremental for this turn: skip the turn rather than mislabel it
-        spans.append((len(prefix), len(full)))
-        full_ids = full
-    if not spans:
-        return None
-    ids = full_ids[:max_tokens]
-    mask = [False] * len(ids)
-    for a, b in spans:
-        for j in range(a, min(b, len(ids))):
-            mask[j] = True
+    ids, mask = ids[:max_tokens], mask[:max_tokens]
     return (ids, mask) if any(mask[1:]) else None
 
 
@@ -169,7 +171,8 @@ class OnPolicyScore:
 
 
 @torch.inference_mode()
-def token_nll(model, batch: list[tuple[list[int], list[bool]]], pad_id: int, chunk: int = 1024) -> list[tuple[float, int]]:
+def token_nll(model, batch: list[tuple[list[int], list[bool]]], pad_id: int,
+              chunk: int = 1024) -> list[tuple[float, int]]:
     """(summed NLL, token count) of the masked tokens of each sequence, in one right-padded forward.
 
     Only masked positions go through the output head, so memory stays at chunk x vocab, not T x vocab."""
