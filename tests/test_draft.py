@@ -233,3 +233,19 @@ def test_cache_select_on_batch_and_dtype():
     assert cache.length == 2 and cache.k[0, 0, :2, 0].tolist() == [4.0, 0.0]
     with pytest.raises(IndexError):
         cache.select(torch.tensor([2]))
+
+
+def test_smollm2_draft_config_and_forward():
+    """Integration: the draft shaped from the real SmolLM2 target config serialises as SGLang expects and runs."""
+    from eagle3lab.target import load_target
+
+    target = load_target()
+    cfg = DraftConfig.from_target(target.model.config, 1024)
+    j = cfg.to_sglang()
+    assert (j["hidden_size"], j["target_hidden_size"], j["num_key_value_heads"], j["head_dim"]) == (576, 576, 3, 64)
+    assert j["max_position_embeddings"] == 8192 and j["rope_theta"] == 100000.0 and j["vocab_size"] == 49152
+    draft = Eagle3Draft(cfg)
+    draft.embed_tokens.weight.data.copy_(target.model.get_input_embeddings().weight)
+    assert draft.fc.in_features == 3 * 576
+    logits, out = draft(torch.tensor([[1, 2, 3]]), draft.project(torch.randn(1, 3, 1728)), torch.arange(3)[None])
+    assert logits.shape == (1, 3, 1024) and torch.isfinite(logits).all()

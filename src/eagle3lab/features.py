@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +20,6 @@ import torch
 
 from .io import InputError, atomic_path, read_jsonl, require, write_json
 from .target import Target, aux_hidden_indices, forward_with_aux
-
-log = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant")
 FORMAT_VERSION = 1

@@ -29,7 +29,6 @@ from .paths import ARTIFACTS
 from .target import DEFAULT_TARGET, aux_hidden_indices, load_target
 from .vocab import build_vocab, count_tokens
 
-log = logging.getLogger(__name__)
 
 STEP_DECAY = 0.8  # TTT step i is weighted 0.8^i (SpecForge)
 CHECKPOINT = "checkpoint.pt"
@@ -54,12 +53,12 @@ class TrainConfig:
     ttt_length: int = 3
     epochs: int = 1
     max_steps: int | None = None
-    lr: float = 5e-4
+    lr: float = 1e-3
     warmup_ratio: float = 0.03
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.0
     grad_clip: float = 0.5
-    batch_tokens: int = 4096
+    batch_tokens: int = 2048
     max_len: int = 1024
     aux_layer_ids: list[int] | None = None
     dtype: str = "bf16"  # autocast dtype for the draft's matmuls: bf16 or fp32
@@ -69,6 +68,7 @@ class TrainConfig:
     resume: bool = False
     init_head_from_target: bool = True  # lm_head = target head rows of the draft vocab, norm = target norm
     shard_records: int = 64
+    threads: int | None = None  # torch CPU threads (default: torch's choice; under DDP, cores / local ranks)
     progress: bool = True
 
     def check(self) -> None:
@@ -197,6 +197,7 @@ def ttt_loss(draft: Eagle3Draft, batch: dict, head: torch.Tensor, ttt_length: in
         target_p = torch.softmax(batch["final"].float() @ head.float().T, dim=-1)  # [B, T, Vd] at target position j
         # target position j scores token j+1: it must be an assistant token the draft vocab can express
         valid = F.pad(loss_mask[:, 1:], (0, 1)) & draft.t2d[batch["argmax"]]
+        target_top = target_p.argmax(-1)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         hidden = draft.project(batch["aux"].to(draft.fc.weight.dtype))
         inputs = F.pad(ids[:, 1:], (0, 1))
@@ -213,7 +214,7 @@ def ttt_loss(draft: Eagle3Draft, batch: dict, head: torch.Tensor, ttt_length: in
         loss_sum = (ce * m).sum()
         total = total + STEP_DECAY**i * loss_sum / n.clamp(min=1)
         losses.append(loss_sum.detach())
-        correct.append(((step_logits.argmax(-1) == p.argmax(-1)) & m).sum())
+        correct.append(((step_logits.argmax(-1) == F.pad(target_top[:, shift:], (0, shift))) & m).sum())
         counts.append(n)
     return {"loss": total, "loss_sum": torch.stack(losses), "correct": torch.stack(correct), "count": torch.stack(counts)}
 
@@ -276,7 +277,7 @@ def _trainable_state(draft: Eagle3Draft) -> dict:
 
 def _run_identity(cfg: TrainConfig, data_sha: str) -> dict:
     """Settings that must not change between a run and its resumption."""
-    skip = {"output", "resume", "progress", "eval_every", "checkpoint_every", "features_cache", "online", "val", "val_max_records"}
+    skip = {"output", "resume", "progress", "threads", "eval_every", "checkpoint_every", "features_cache", "online", "val", "val_max_records"}
     ident = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in skip}
     ident["data"] = data_sha
     return ident
@@ -300,6 +301,8 @@ def train_draft(cfg: TrainConfig, on_step=None) -> dict:
 
     cfg.check()
     env = init_distributed()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     out = Path(cfg.output)
     ckpt_path, metrics_path = out / CHECKPOINT, out / METRICS
     if env.main:
@@ -502,9 +505,9 @@ def parse_args(argv: list[str]) -> TrainConfig:
     p.add_argument("--ttt-length", type=int, default=3)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--max-steps", type=int)
-    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup-ratio", type=float, default=0.03)
-    p.add_argument("--batch-tokens", type=int, default=4096)
+    p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--max-len", type=int, default=1024)
     p.add_argument("--aux-layer-ids", type=lambda s: [int(x) for x in s.split(",")], help="e.g. 1,14,26 (SGLang ids)")
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
@@ -512,6 +515,7 @@ def parse_args(argv: list[str]) -> TrainConfig:
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (1 is faster when the cores are shared)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     a = p.parse_args(argv)
     return TrainConfig(**{f.name: getattr(a, f.name) for f in fields(TrainConfig) if hasattr(a, f.name)})
