@@ -105,6 +105,10 @@ def test_local_run_skips_with_reasons_and_accounts(tmp_path, tiny_target, capsys
     assert "accounting: input 15 = success 7 + error 0 + skipped 8 [OK]" in capsys.readouterr().out
     skipped = {r["id"]: r["reason"] for r in map(json.loads, open(tmp_path / "out.skipped.jsonl"))}
     assert "exceeds the context of 320 tokens" in skipped["long"]
+    kinds = {r["id"]: r["kind"] for r in map(json.loads, open(tmp_path / "out.skipped.jsonl"))}
+    assert kinds == {"in:line1": "malformed", "in:line2": "malformed", "noconv": "no-conversations",
+                     "onlyasst": "starts-with-assistant", "empty": "empty", "long": "over-length",
+                     "badrole": "bad-turn", "sharegpt@line12": "duplicate"}
     assert set(skipped) == {"in:line1", "in:line2", "noconv", "onlyasst", "empty", "long", "badrole",
                             "sharegpt@line12"}
     rows = {r["id"]: r for r in map(json.loads, open(out))}
@@ -265,12 +269,12 @@ def test_openai_no_server_at_start_is_a_clear_error(tmp_path, capsys):
 
 
 def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target):
-    n = 30
+    n = 12
     path = write_rows(tmp_path / "in.jsonl", [chat(i) for i in range(n)])
     out = tmp_path / "out.jsonl"
     with transformers_serve(tiny_target, log_path=tmp_path / "serve1.log") as (address, server):
         proc = _run_cli(["--backend", "openai", "--input", str(path), "--output", str(out), "--server-address",
-                         address, "--target", tiny_target, "--max-new-tokens", "64", "--concurrency", "1",
+                         address, "--target", tiny_target, "--max-new-tokens", "32", "--concurrency", "1",
                          "--retries", "1", "--backoff", "0.05", "--timeout", "20", "--no-progress"])
         _wait_for_lines(out, 2, proc)
         server.kill()
@@ -282,7 +286,7 @@ def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target):
     assert f"= success {len(_ids(out))} + error {len(errors)} + skipped 0 [OK]" in stdout
     with transformers_serve(tiny_target, log_path=tmp_path / "serve2.log") as (address, _):
         result = regenerate(path, out, backend="openai", server_addresses=[address], target=tiny_target,
-                            max_new_tokens=64, concurrency=4, resume=True, progress_bar=False)
+                            max_new_tokens=32, concurrency=4, resume=True, progress_bar=False)
     ids = _ids(out)
     assert result.accounting.ok and result.accounting.errors == 0
     assert len(ids) == len(set(ids)) == n

@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -59,30 +60,33 @@ class Skip:
     key: str
     line: int
     reason: str
+    kind: str  # short cause for tables: malformed, no-conversations, bad-turn, starts-with-assistant, empty, ...
     source_id: str | None = None
 
 
 class _Skipped(Exception):
-    pass
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
 
 
 def plan_conversation(obj: dict, max_turns: int | None) -> tuple[str | None, list[str]]:
     """Return (system prompt, user turns to answer) of one input row, or raise _Skipped with the reason."""
     if "conversations" not in obj:
-        raise _Skipped("missing field 'conversations'")
+        raise _Skipped("no-conversations", "missing field 'conversations'")
     raw = obj["conversations"]
     if not isinstance(raw, list) or not raw:
-        raise _Skipped("field 'conversations' should be a non-empty list")
+        raise _Skipped("no-conversations", "field 'conversations' should be a non-empty list")
     turns = []
     for j, turn in enumerate(raw):
         if not isinstance(turn, dict):
-            raise _Skipped(f"conversations[{j}] is not an object")
+            raise _Skipped("bad-turn", f"conversations[{j}] is not an object")
         role = turn.get("role", turn.get("from"))
         content = turn.get("content", turn.get("value"))
         if role not in ROLE_NAMES:
-            raise _Skipped(f"conversations[{j}]: unknown role {role!r}")
+            raise _Skipped("bad-turn", f"conversations[{j}]: unknown role {role!r}")
         if not isinstance(content, str):
-            raise _Skipped(f"conversations[{j}]: field 'content' should be a string, got {type(content).__name__}")
+            raise _Skipped("bad-turn", f"conversations[{j}]: field 'content' should be a string, got {type(content).__name__}")
         turns.append((j, ROLE_NAMES[role], content))
     system = None
     if turns[0][1] == "system":
@@ -91,15 +95,15 @@ def plan_conversation(obj: dict, max_turns: int | None) -> tuple[str | None, lis
     while turns and turns[0][1] == "assistant":
         turns.pop(0)
     if not turns:
-        raise _Skipped("starts with the assistant and has no user turn after it")
+        raise _Skipped("starts-with-assistant", "starts with the assistant and has no user turn after it")
     users: list[list] = []  # [first index, text]; consecutive user turns merge into one
     previous = None
     for j, role, content in turns:
         if role == "system":
-            raise _Skipped(f"conversations[{j}]: a system turn after the start")
+            raise _Skipped("bad-turn", f"conversations[{j}]: a system turn after the start")
         if role == "user":
             if not content.strip():
-                raise _Skipped(f"conversations[{j}]: empty content")
+                raise _Skipped("empty", f"conversations[{j}]: empty content")
             if previous == "user":
                 users[-1][1] += "\n\n" + content
             else:
@@ -127,23 +131,24 @@ def read_inputs(path: str | os.PathLike, max_turns: int | None = None, limit: in
             try:
                 obj = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                items.append(Skip(fallback, lineno, f"{path}: line {lineno}: not valid JSON ({e})"))
+                items.append(Skip(fallback, lineno, f"{path}: line {lineno}: not valid JSON ({e})", "malformed"))
                 continue
             if not isinstance(obj, dict):
-                items.append(Skip(fallback, lineno, f"{path}: line {lineno}: expected an object, got {type(obj).__name__}"))
+                items.append(Skip(fallback, lineno, f"{path}: line {lineno}: expected an object, got {type(obj).__name__}",
+                                   "malformed"))
                 continue
             source_id = str(obj["id"]) if obj.get("id") not in (None, "") else fallback
             key = source_id
             if key in seen:
                 key = f"{source_id}@line{lineno}"
                 items.append(Skip(key, lineno, f"{path}: line {lineno}: duplicate id {source_id!r} (first on line "
-                                               f"{seen[source_id]})", source_id))
+                                               f"{seen[source_id]})", "duplicate", source_id))
                 continue
             seen[source_id] = lineno
             try:
                 system, users = plan_conversation(obj, max_turns)
             except _Skipped as e:
-                items.append(Skip(key, lineno, f"{path}: line {lineno} (id {source_id!r}): {e}", source_id))
+                items.append(Skip(key, lineno, f"{path}: line {lineno} (id {source_id!r}): {e}", e.kind, source_id))
                 continue
             items.append(Job(key, source_id, lineno, system, users))
     return items
@@ -274,7 +279,7 @@ class RunFiles:
 
     def write_skip(self, skip: Skip) -> None:
         self._append(self.skipped, {"id": skip.key, "source_id": skip.source_id, "line": skip.line,
-                                    "reason": skip.reason})
+                                    "kind": skip.kind, "reason": skip.reason})
 
     def close(self) -> None:
         for f in self._handles.values():
@@ -298,7 +303,8 @@ class Progress:
         self.total, self.done_at_start = total, done
         self.started = time.time()
         self.tokens = self.records = self.errors = self.skipped = 0
-        self._last_write = 0.0
+        self._last_write = self._last_sample = 0.0
+        self.timeline: list[list[float]] = []  # [seconds since start, tokens, records], every few seconds
         self.bar = tqdm(total=total, initial=done, unit="rec", desc="regen", disable=not enabled, dynamic_ncols=True)
         self.write("running", force=True)
 
@@ -323,11 +329,15 @@ class Progress:
         if not force and now - self._last_write < 1.0:
             return
         self._last_write = now
+        if now - self._last_sample >= 5.0 or status != "running":
+            self._last_sample = now
+            self.timeline.append([round(now - self.started, 2), self.tokens, self.records])
         self.bar.set_postfix_str(f"{self.rate():.1f} tok/s, err {self.errors}, skip {self.skipped}", refresh=False)
         write_json(self.files.progress, {
             "status": status, "pid": os.getpid(), "input_total": self.total, "done_at_start": self.done_at_start,
             "records_this_run": self.records, "errors_this_run": self.errors, "skipped_this_run": self.skipped,
             "tokens_this_run": self.tokens, "started_at": self.started, "updated_at": now, **self.settings,
+            "timeline": self.timeline,
         })
 
     def close(self, status: str) -> None:
@@ -349,7 +359,7 @@ class TurnResult:
 class _Request:
     sort_key: tuple
     handle: object = field(compare=False)
-    prompt: list[int] = field(compare=False)
+    prompt: array = field(compare=False)
 
 
 @dataclass
@@ -398,17 +408,17 @@ class BatchGenerator:
         return ids
 
     def submit(self, handle, prompt: list[int]) -> None:
-        heapq.heappush(self._queue, _Request((-len(prompt), next(self._counter)), handle, list(prompt)))
+        # int32 arrays: a whole dataset of waiting prompts costs 4 bytes a token, not a Python int each
+        heapq.heappush(self._queue, _Request((-len(prompt), next(self._counter)), handle, array("i", prompt)))
 
     def run(self, on_finish: Callable[[object, TurnResult], None], on_tokens: Callable[[int], None] = lambda n: None):
         with self.torch.inference_mode():
             while self._queue or self.rows:
                 free = self.batch_size - len(self.rows)
                 if self._queue and (not self.rows or free >= min(self.refill_at, len(self._queue))):
-                    self._admit(free)
+                    on_tokens(self._admit(free))
                 else:
-                    self._step()
-                on_tokens(len(self.rows))
+                    on_tokens(self._step())
                 self._retire(on_finish)
 
     # -- internals --
@@ -425,8 +435,9 @@ class BatchGenerator:
                          logits_to_keep=1)
         return out.logits[:, -1], out.cache
 
-    def _admit(self, free: int) -> None:
-        """Pop waiting requests that fit the slot and token budgets, prefill them in groups, merge into the batch."""
+    def _admit(self, free: int) -> int:
+        """Pop waiting requests that fit the slot and token budgets, prefill them in groups, merge into the batch;
+        return the number of rows admitted (each has its first token)."""
         taken: list[_Request] = []
         width = self.mask.shape[1] if self.mask is not None else 0
         while self._queue and len(taken) < free:
@@ -444,6 +455,7 @@ class BatchGenerator:
             group.append(req)
         if group:
             self._prefill(group)
+        return len(taken)
 
     def _prefill(self, group: list[_Request]) -> None:
         torch = self.torch
@@ -451,7 +463,7 @@ class BatchGenerator:
         ids = torch.zeros(len(group), width, dtype=torch.long)
         mask = torch.zeros(len(group), width, dtype=torch.long)
         for i, r in enumerate(group):
-            ids[i, width - len(r.prompt):] = torch.tensor(r.prompt)
+            ids[i, width - len(r.prompt):] = torch.frombuffer(r.prompt, dtype=torch.int32)
             mask[i, width - len(r.prompt):] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -483,7 +495,7 @@ class BatchGenerator:
         self.last = torch.cat([self.last, last])
         self.rows += rows
 
-    def _step(self) -> None:
+    def _step(self) -> int:
         torch = self.torch
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
         logits, self.cache = self._forward(self.last[:, None], self.mask, self.pos[:, None], self.cache)
@@ -491,6 +503,7 @@ class BatchGenerator:
         self.pos = self.pos + 1
         for row, t in zip(self.rows, self.last.tolist()):
             row.generated.append(int(t))
+        return len(self.rows)
 
     def _finish_reason(self, row: _Row) -> str | None:
         if row.generated[-1] in self.eos:
@@ -815,7 +828,7 @@ def regenerate(input: str | os.PathLike, output: str | os.PathLike, *, backend: 
                     todo.append(item)
                     continue
                 item = Skip(item.key, item.line, f"{input}: line {item.line} (id {item.source_id!r}): "
-                                                 f"{lengths.why_not(n_prompt)}", item.source_id)
+                                                 f"{lengths.why_not(n_prompt)}", "over-length", item.source_id)
             files.write_skip(item)
             progress.record("skipped")
         if backend == "local":
@@ -954,9 +967,15 @@ def bench(n: int = 64, max_new_tokens: int = 256, batch_size: int = 32, baseline
             seconds += time.perf_counter() - t0
             tokens += out.shape[1] - ids.shape[1]
     figures["batch1_tok_s"] = tokens / seconds
-    log(f"batch-1 generate: {tokens} tokens in {seconds:.1f} s = {figures['batch1_tok_s']:.1f} tok/s "
+    log(f"batch-1 HF generate: {tokens} tokens in {seconds:.1f} s = {figures['batch1_tok_s']:.1f} tok/s "
         f"({baseline_n} prompts)")
     del loaded
+    # the same decode loop as the local backend, one row at a time (separates batching from loop overheads)
+    write_jsonl(workdir / "batch1_prompts.jsonl", prompts[:baseline_n])
+    result = regenerate(workdir / "batch1_prompts.jsonl", workdir / "batch1.jsonl", backend="local", max_turns=1,
+                        max_new_tokens=max_new_tokens, dtype=dtype, batch_size=1, target=target, log=log)
+    figures["engine_batch1_tok_s"] = result.tokens_per_s
+    log(f"batch-1 local backend: {result.tokens} tokens in {result.seconds:.1f} s = {result.tokens_per_s:.1f} tok/s")
 
     result = regenerate(workdir / "prompts.jsonl", workdir / "local.jsonl", backend="local", max_turns=1,
                         max_new_tokens=max_new_tokens, dtype=dtype, batch_size=batch_size, target=target, log=log)
@@ -964,8 +983,10 @@ def bench(n: int = 64, max_new_tokens: int = 256, batch_size: int = 32, baseline
     figures["local_seconds"] = result.seconds
     figures["local_tokens"] = result.tokens
     figures["speedup_vs_batch1"] = figures["local_tok_s"] / figures["batch1_tok_s"]
+    figures["speedup_vs_engine_batch1"] = figures["local_tok_s"] / figures["engine_batch1_tok_s"]
     log(f"local dynamic batching: {result.tokens} tokens in {result.seconds:.1f} s = {result.tokens_per_s:.1f} tok/s "
-        f"= {figures['speedup_vs_batch1']:.1f}x batch-1")
+        f"= {figures['speedup_vs_batch1']:.1f}x batch-1 HF generate, "
+        f"{figures['speedup_vs_engine_batch1']:.1f}x batch-1 local backend")
 
     if serve_n:
         write_jsonl(workdir / "serve_prompts.jsonl", prompts[:serve_n])
