@@ -33,8 +33,9 @@ model: setup
 test: setup data model
 	$(BIN)/python -m pytest -q
 
+# Stage commands call `python`: put the project's environment first on PATH.
 repro: setup data model
-	$(BIN)/dvc repro
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
 
 smoke: setup data model
 	$(BIN)/python -m eagle3lab.smoke
