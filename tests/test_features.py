@@ -124,6 +124,18 @@ def test_cache_matches_target_resumes_and_grows(tmp_path, tiny):
     assert open_cache(tmp_path / "feat", data, tiny, None, 64, 4).folder != cache.folder
 
 
+def test_a_shard_written_for_a_smaller_scale_is_rebuilt_for_a_larger_one(tmp_path, tiny):
+    data = write_conversations(tmp_path / "train.jsonl", 10)
+    cache = open_cache(tmp_path / "feat", data, tiny, None, 128, shard_records=4)
+    small, _ = tokenize_file(data, tiny.tokenizer, 128, limit=6)  # scale 6: shard 1 holds records 4, 5 only
+    assert cache.build(small, tiny, 6, progress=False)["shards_built"] == 2
+    assert len(cache.index(6)) == 6 and cache.missing_shards(10) == [1, 2]
+    full, _ = tokenize_file(data, tiny.tokenizer, 128)
+    assert cache.build(full, tiny, 10, progress=False)["shards_built"] == 2
+    assert len(cache.index(10)) == 10
+    assert cache.missing_shards(6) == [] and len(cache.index(6)) == 6  # the smaller scale still reads its prefix
+
+
 def test_online_features_match_cache_on_padded_batch(tmp_path, tiny):
     data = write_conversations(tmp_path / "train.jsonl", 3)
     recs, _ = tokenize_file(data, tiny.tokenizer, 128)

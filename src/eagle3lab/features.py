@@ -180,9 +180,24 @@ class FeatureCache:
     def shard_path(self, k: int) -> Path:
         return self.folder / f"shard-{k:05d}.safetensors"
 
+    def shard_end(self, k: int, n_records: int) -> int:
+        """One past the last file record shard k must cover when the first n_records are used."""
+        return min(n_records, (k + 1) * self.shard_records)
+
     def missing_shards(self, n_records: int) -> list[int]:
-        count = -(-n_records // self.shard_records)
-        return [k for k in range(count) if not self.shard_path(k).exists()]
+        """Shards absent, or written for a smaller scale (covering fewer records than this scale needs)."""
+        from safetensors import safe_open
+
+        missing = []
+        for k in range(-(-n_records // self.shard_records)):
+            path = self.shard_path(k)
+            if not path.exists():
+                missing.append(k)
+                continue
+            with safe_open(str(path), framework="pt") as f:
+                if int(f.metadata()["end"]) < self.shard_end(k, n_records):
+                    missing.append(k)
+        return missing
 
     def build(self, records: list[Tokenized], target: Target, n_records: int, progress: bool = True) -> dict:
         """Compute every missing shard covering the first n_records records of the file. Returns build stats."""
@@ -223,7 +238,8 @@ class FeatureCache:
                 "loss_mask": torch.cat([r.loss_mask for r in rows]).to(torch.uint8) if rows else torch.zeros(0, dtype=torch.uint8),
                 "offsets": lengths.cumsum(0),
             }
-            metadata = {"record_index": json.dumps([r.index for r in rows]), "ids": json.dumps([r.id for r in rows])}
+            metadata = {"record_index": json.dumps([r.index for r in rows]), "ids": json.dumps([r.id for r in rows]),
+                        "end": str(self.shard_end(k, n_records))}
             with atomic_path(self.shard_path(k)) as tmp:
                 save_file(tensors, str(tmp), metadata=metadata)
         bar.close()

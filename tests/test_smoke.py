@@ -1,0 +1,38 @@
+"""The whole pipeline on params/smoke.yaml, every stage in dvc.yaml order, in a scratch root (`make smoke`)."""
+
+import json
+
+import pytest
+import yaml
+
+from eagle3lab import paths, smoke
+
+
+def test_smoke_params_have_the_same_keys_as_the_reference_params():
+    reference = yaml.safe_load(paths.PARAMS.read_text())
+    tiny = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())
+    assert {k: sorted(v) for k, v in tiny.items()} == {k: sorted(v) for k, v in reference.items()}
+
+
+def test_dvc_stages_match_the_notebooks():
+    notebooks = {p.stem.split("_", 1)[1] for p in paths.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
+    assert set(smoke.pipeline_stages()) == notebooks
+
+
+@pytest.mark.slow
+def test_every_stage_runs_on_tiny_params(tmp_path):
+    smoke.run(smoke.pipeline_stages(), smoke.prepare_root(tmp_path))
+    metrics = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics").glob("*.json")}
+    assert set(metrics) == {"survey", "train", "benchmark", "scaling", "diagnosis"}
+    for stage in smoke.pipeline_stages():
+        assert list((tmp_path / "reports").glob(f"*_{stage}.ipynb")), f"no executed notebook for {stage}"
+    # the wrong flag is caught by the doctor and, measured, contributes nothing
+    diagnosis = metrics["diagnosis"]
+    assert diagnosis["doctor"]["wrong"]["exit_code"] == 1 and diagnosis["doctor"]["fixed"]["exit_code"] == 0
+    eagle = next(m for m in diagnosis["modes"] if m["mode"] == "eagle")
+    assert eagle["accept_length"] < 1.1
+    assert len(metrics["train"]["drafts"]) == 4  # three scales and the original-responses draft
+    assert {r["config"] for r in metrics["benchmark"]["final"]["rows"]} >= {"1,0,0,0", "1,3,1,4", "1,2,2,4"}
+    assert set(metrics["scaling"]["fits"]) == {"mtbench"}  # one fitted curve per prompt set
+    figures = {p.name for p in (tmp_path / "figures").glob("*.png")}
+    assert {"diagnosis.png", "scaling_accept_length.png", "benchmark_acceptance.png", "train_curves.png"} <= figures
