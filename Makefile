@@ -36,6 +36,7 @@ test: setup data model
 # Stage commands call `python`: put the project's environment first on PATH.
 repro: setup data model
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
+	$(BIN)/python -m eagle3lab.report  # README's Results section, from metrics/
 
 smoke: setup data model
 	$(BIN)/python -m eagle3lab.smoke

@@ -9,6 +9,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
+from eagle3lab import report
 from eagle3lab.paths import NOTEBOOKS, ROOT
 
 
@@ -44,3 +45,8 @@ def test_fetched_data_matches_data_dvc():
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "up to date" in out.stdout, out.stdout
+
+
+def test_readme_results_are_rendered_from_the_committed_metrics():
+    readme = ROOT / "README.md"
+    assert report.update(readme, report.render()) == readme.read_text(), "run python -m eagle3lab.report"

@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from eagle3lab import paths, smoke
+from eagle3lab import paths, report, smoke
 
 
 def test_smoke_params_have_the_same_keys_as_the_reference_params():
@@ -36,3 +36,5 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     assert set(metrics["scaling"]["fits"]) == {"mtbench"}  # one fitted curve per prompt set
     figures = {p.name for p in (tmp_path / "figures").glob("*.png")}
     assert {"diagnosis.png", "scaling_accept_length.png", "benchmark_acceptance.png", "train_curves.png"} <= figures
+    rendered = report.render(tmp_path / "metrics")  # README's results section renders from every stage's metrics
+    assert "no `metrics/" not in rendered and "### 6. Scaling and break-even" in rendered
