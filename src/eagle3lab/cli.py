@@ -14,6 +14,7 @@ COMMANDS = {
     "bench": ("eagle3lab.bench", "main", "benchmark drafts against the baseline and peers"),
     "doctor": ("eagle3lab.doctor", "main", "check an SGLang launch line, a draft and a server for a bypassed draft"),
     "stage": ("eagle3lab.stages", "main", "run one pipeline stage notebook through papermill"),
+    "sglang": ("eagle3lab.sglang", "main", "build SGLang launch lines from a params profile and benchmark a server"),
 }
 
 
