@@ -19,3 +19,12 @@ def tiny_llama():
     config = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
     return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models: one torch thread avoids OpenMP barrier stalls when the 2 cores are shared (restored after)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

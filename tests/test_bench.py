@@ -13,12 +13,7 @@ from eagle3lab.draft import DraftConfig, Eagle3Draft, save_draft
 from eagle3lab.target import converted_dir, resolve
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,8 +16,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lab import doctor
 from eagle3lab.doctor import ERROR, OK, WARNING, diagnose, main, parse_launch
+from eagle3lab.regen import transformers_serve
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 ROOT = Path(__file__).resolve().parents[1]
@@ -540,36 +539,8 @@ def transformers_server(tmp_path_factory):
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         if (tokenizer / name).exists():
             shutil.copy(tokenizer / name, folder / name)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = Path(sys.executable).with_name("transformers")
-    log = open(folder.parent / "serve.log", "w")
-    proc = subprocess.Popen([str(exe), "serve", str(folder), "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"transformers serve exited {proc.returncode}: {(folder.parent / 'serve.log').read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("transformers serve did not become healthy in 180 s")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    with transformers_serve(folder, log_path=folder.parent / "serve.log") as (address, _):
+        yield f"http://{address}"
 
 
 def test_real_transformers_serve_reports_no_speculation(transformers_server, seeds):

@@ -12,13 +12,7 @@ from eagle3lab.features import open_cache, online_features, tokenize_conversatio
 from eagle3lab.io import InputError
 from eagle3lab.target import aux_hidden_indices, forward_with_aux, load_target, resolve
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls: one thread avoids OpenMP barrier stalls when the 2 shared cores are busy (restored after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 WORDS = "the cat sat on a mat and then it ran to see the big red dog".split()

@@ -14,7 +14,7 @@ import yaml
 from eagle3lab import paths, sglang
 from eagle3lab.doctor import ERROR, diagnose, parse_launch
 from eagle3lab.io import InputError
-from eagle3lab.regen import free_port
+from eagle3lab.servers import free_port
 from eagle3lab.sglang import ServerError, bench_server, launch_command, start_server
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"

@@ -48,13 +48,7 @@ def copying_draft(target, draft_vocab=192, seed=1):
     return draft
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: one thread avoids OpenMP contention on a shared 2-core machine (tens of times faster)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,7 @@ from test_draft import make_draft
 from test_features import save_tiny_target, write_conversations
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls: one thread avoids OpenMP barrier stalls when the 2 shared cores are busy (restored after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

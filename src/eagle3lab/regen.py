@@ -28,6 +28,7 @@ from typing import Callable, Iterable
 
 from .data import ROLE_NAMES
 from .io import InputError, read_jsonl, write_json
+from .servers import ServerError, free_port, start_server, transformers_serve_command
 
 ERRORS_SUFFIX, SKIPPED_SUFFIX, PROGRESS_SUFFIX = ".errors.jsonl", ".skipped.jsonl", ".progress.json"
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_NO_SERVER = 0, 1, 2, 3
@@ -862,54 +863,17 @@ def regenerate(input: str | os.PathLike, output: str | os.PathLike, *, backend: 
 # ---- a real OpenAI-compatible server for tests and the benchmark: `transformers serve` ----------------------------
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def transformers_serve(model_dir: str | os.PathLike, *, port: int | None = None, dtype: str = "auto",
                        startup_timeout: float = 180.0, log_path: str | os.PathLike | None = None):
-    """Run `transformers serve MODEL_DIR` on 127.0.0.1 and yield its address once /health answers; stop it after."""
-    import subprocess
-
-    import httpx
-
+    """Run `transformers serve MODEL_DIR` on 127.0.0.1 and yield (address, process) once /health answers; stop it after."""
     port = port or free_port()
-    exe = Path(sys.executable).with_name("transformers")
-    cmd = [str(exe) if exe.exists() else "transformers", "serve", str(model_dir), "--device", "cpu", "--dtype", dtype,
-           "--host", "127.0.0.1", "--port", str(port)]
-    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    address = f"127.0.0.1:{port}"
+    cmd = transformers_serve_command(model_dir, port, dtype)
     try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise RegenError(f"`{' '.join(cmd)}` exited with code {proc.returncode} before answering /health"
-                                 + (f"; see {log_path}" if log_path else ""))
-            try:
-                if httpx.get(f"http://{address}/health", timeout=2.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RegenError(f"`{' '.join(cmd)}` did not answer /health within {startup_timeout:.0f} s")
-            time.sleep(0.5)
-        yield address, proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if log_path:
-            log.close()
+        with start_server(cmd, f"http://127.0.0.1:{port}", startup_timeout, log_path=log_path) as server:
+            yield f"127.0.0.1:{port}", server.process
+    except ServerError as e:
+        raise RegenError(str(e)) from None
 
 
 # ---- benchmark (a command that prints figures, never a test) ----------------------------------------------------

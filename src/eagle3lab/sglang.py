@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import os
 import platform
 import shlex
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,15 +27,9 @@ from pathlib import Path
 import httpx
 
 from .io import InputError, write_json
+from .servers import ServerError, start_server
 
 BASELINE_CONFIG = "1,0,0,0"
-
-
-class ServerError(RuntimeError):
-    """The server process died, or did not become healthy in time; the message carries the log tail."""
-
-
-# ---- the launch command ------------------------------------------------------------------------------------------
 
 
 def launch_command(model: str, *, port: int, host: str = "127.0.0.1", tp: int = 1, draft: str | os.PathLike | None = None,
@@ -104,93 +94,6 @@ def command_for_config(settings: dict, model: str, config: str, python: str = "p
 
 
 # ---- the server process ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Server:
-    url: str
-    process: subprocess.Popen
-    log_path: Path
-    info: dict | None = None  # /server_info (or the older /get_server_info) when the server has one
-    started_s: float = 0.0
-
-
-def log_tail(path: str | os.PathLike, lines: int = 30) -> str:
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:]) or "(log is empty)"
-
-
-def _stop(proc: subprocess.Popen, grace: float) -> None:
-    """SIGTERM the whole process group (SGLang forks scheduler and detokenizer workers), then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _server_info(client: httpx.Client, url: str) -> dict | None:
-    for path in ("/server_info", "/get_server_info"):
-        try:
-            r = client.get(url + path, timeout=10.0)
-        except httpx.HTTPError:
-            return None
-        if r.status_code == 200:
-            try:
-                body = r.json()
-            except ValueError:
-                return None
-            return body if isinstance(body, dict) else None
-    return None
-
-
-@contextlib.contextmanager
-def start_server(cmd: list[str], url: str, timeout: float = 900.0, *, log_path: str | os.PathLike | None = None,
-                 poll: float = 0.5, stop_grace: float = 30.0, env: dict | None = None):
-    """Start `cmd` in its own process group with its output streamed to `log_path` (a temp file by default), wait
-    until GET url/health answers 200, yield a `Server`, and kill the process group on exit."""
-    url = url.rstrip("/")
-    if log_path is None:
-        fd, log_path = tempfile.mkstemp(prefix="server-", suffix=".log")
-        os.close(fd)
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=env)
-        except OSError as e:
-            raise ServerError(f"cannot start `{shlex.join(cmd)}`: {e}") from None
-        try:
-            with httpx.Client() as client:
-                while True:
-                    if proc.poll() is not None:
-                        raise ServerError(f"`{shlex.join(cmd)}` exited with code {proc.returncode} before {url}/health "
-                                          f"answered; last lines of {log_path}:\n{log_tail(log_path)}")
-                    try:
-                        if client.get(url + "/health", timeout=5.0).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    if time.monotonic() - t0 > timeout:
-                        raise ServerError(f"`{shlex.join(cmd)}` did not answer {url}/health within {timeout:.0f} s; "
-                                          f"last lines of {log_path}:\n{log_tail(log_path)}")
-                    time.sleep(poll)
-                info = _server_info(client, url)
-            yield Server(url, proc, log_path, info, time.monotonic() - t0)
-        finally:
-            _stop(proc, stop_grace)
 
 
 # ---- the benchmark -----------------------------------------------------------------------------------------------
