@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -20,9 +21,13 @@ def _load(metrics: Path, name: str) -> dict | None:
 
 def _table(header: list[str], rows: list[list]) -> str:
     def cell(v):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
         if isinstance(v, float):
+            if v.is_integer() and abs(v) < 1e6:
+                return f"{int(v):,}"
             return f"{v:,.2f}" if abs(v) < 1e6 else f"{v:.3g}"
-        return "-" if v is None else str(v)
+        return str(v)
 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
