@@ -221,6 +221,17 @@ def test_kill9_then_resume_loses_and_duplicates_nothing(tmp_path, tiny_target):
     assert result.accounting.ok and result.accounting.skipped == 1 and result.accounting.input == n + 1
 
 
+def test_resume_on_a_smaller_input_sets_finished_extras_aside(tmp_path, tiny_target):
+    path = write_rows(tmp_path / "in.jsonl", [chat(i) for i in range(6)])
+    out = tmp_path / "out.jsonl"
+    regenerate(path, out, target=tiny_target, dtype="float32", max_new_tokens=4, progress_bar=False)
+    result = regenerate(path, out, target=tiny_target, dtype="float32", max_new_tokens=4, limit=3, resume=True,
+                        progress_bar=False)
+    assert _ids(out) and set(_ids(out)) == {"r0", "r1", "r2"}
+    assert set(_ids(tmp_path / "out.stale.jsonl")) == {"r3", "r4", "r5"}
+    assert result.accounting.ok and result.accounting.input == 3 and result.accounting.success == 3
+
+
 def test_torn_tail_truncation(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_bytes(b'{"id": "a"}\n{"id": "b"}\n{"id": "c", "conv')

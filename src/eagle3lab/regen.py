@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .data import ROLE_NAMES
-from .io import InputError, read_jsonl, write_json
+from .io import InputError, read_jsonl, write_json, write_text
 from .servers import ServerError, free_port, start_server, transformers_serve_command
 
 ERRORS_SUFFIX, SKIPPED_SUFFIX, PROGRESS_SUFFIX = ".errors.jsonl", ".skipped.jsonl", ".progress.json"
+STALE_SUFFIX = ".stale.jsonl"
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_NO_SERVER = 0, 1, 2, 3
 
 
@@ -247,13 +248,14 @@ class RunFiles:
         self.errors = side_path(out, ERRORS_SUFFIX)
         self.skipped = side_path(out, SKIPPED_SUFFIX)
         self.progress = side_path(out, PROGRESS_SUFFIX)
+        self.stale = side_path(out, STALE_SUFFIX)
         self._handles: dict[Path, object] = {}
 
     def jsonl(self) -> list[Path]:
         return [self.out, self.errors, self.skipped]
 
-    def open(self, resume: bool) -> set[str]:
-        """Prepare the files and return the keys already finished (written or skipped)."""
+    def open(self, resume: bool, keys: set[str]) -> set[str]:
+        """Prepare the files and return the keys of the input already finished (written or skipped)."""
         existing = [p for p in self.jsonl() if p.exists() and p.stat().st_size > 0]
         if existing and not resume:
             raise RegenError(f"{existing[0]} already exists and is not empty: pass --resume to continue that run, or "
@@ -261,11 +263,27 @@ class RunFiles:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         for p in self.jsonl():
             truncate_torn_tail(p)
+        self._set_aside_stale(keys)
         done = set(file_ids(self.out)) | set(file_ids(self.skipped))
         # Errors are retried on resume: start that file afresh (ids not yet redone are simply pending again).
         for p, mode in ((self.out, "a"), (self.skipped, "a"), (self.errors, "w")):
             self._handles[p] = open(p, mode, encoding="utf-8")
         return done
+
+    def _set_aside_stale(self, keys: set[str]) -> None:
+        """Resuming on a changed input (another mixture, a smaller --limit): finished records whose ids the input no
+        longer has move to OUT.stale.jsonl, so the output and its accounting cover exactly the input."""
+        for path in (self.out, self.skipped):
+            if not path.exists():
+                continue
+            keep, stale = [], []
+            for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+                if line.strip():
+                    (keep if str(json.loads(line)["id"]) in keys else stale).append(line)
+            if stale:
+                with open(self.stale, "a", encoding="utf-8") as f:
+                    f.writelines(stale)
+                write_text(path, "".join(keep))
 
     def _append(self, path: Path, row: dict) -> None:
         f = self._handles[path]
@@ -814,7 +832,7 @@ def regenerate(input: str | os.PathLike, output: str | os.PathLike, *, backend: 
     lengths = PromptLength(tokenizer, context, max_new_tokens)
     generation = {"backend": backend, "model": model_name, "temperature": temperature,
                   "max_new_tokens": max_new_tokens, "max_turns": max_turns, "seed": seed}
-    done = files.open(resume)
+    done = files.open(resume, {it.key for it in items})
     progress = Progress(files, len(items), sum(1 for it in items if it.key in done),
                         {"backend": backend, "model": model_name, "output": str(files.out)}, enabled=progress_bar)
     todo: list[Job] = []
