@@ -372,17 +372,21 @@ def _weight_files(folder: Path) -> list[Path]:
     return files
 
 
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DoctorInputError(f"{path} is missing") from None
+    except (OSError, ValueError) as e:
+        raise DoctorInputError(f"{path}: unreadable ({e})") from None
+
+
 def read_draft(path: str | Path) -> DraftInfo:
     folder = Path(path).expanduser()
     if not folder.is_dir():
         raise DoctorInputError(f"draft folder {folder} does not exist")
     cfg_path = folder / "config.json"
-    try:
-        config = json.loads(cfg_path.read_text())
-    except FileNotFoundError:
-        raise DoctorInputError(f"{cfg_path} is missing") from None
-    except (OSError, ValueError) as e:
-        raise DoctorInputError(f"{cfg_path}: unreadable ({e})") from None
+    config = _read_json(cfg_path)
     if not isinstance(config, dict):
         raise DoctorInputError(f"{cfg_path}: expected a JSON object")
     files = _weight_files(folder)
@@ -450,12 +454,7 @@ def read_target_config(spec: str) -> TargetInfo:
                 f"target '{spec}' is not a local folder and its config.json is not in the local Hugging Face cache; "
                 f"pass --target with a folder holding its config.json"
             )
-    try:
-        config = json.loads(cfg_path.read_text())
-    except FileNotFoundError:
-        raise DoctorInputError(f"{cfg_path} is missing") from None
-    except (OSError, ValueError) as e:
-        raise DoctorInputError(f"{cfg_path}: unreadable ({e})") from None
+    config = _read_json(cfg_path)
     # Multimodal targets (e.g. Kimi-K2.5) keep the language model's fields under text_config.
     if isinstance(config, dict) and "hidden_size" not in config and isinstance(config.get("text_config"), dict):
         config = config["text_config"]
