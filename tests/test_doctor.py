@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import struct
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from tiny import save_tiny_chat_model
 from eagle3lab.doctor import ERROR, OK, WARNING, diagnose, main, parse_launch
 from eagle3lab.regen import transformers_serve
 
@@ -526,19 +526,10 @@ def test_project_draft_wrong_and_fixed(tmp_path):
 @pytest.fixture(scope="module")
 def transformers_server(tmp_path_factory):
     """`transformers serve` on a tiny random Llama with SmolLM2's tokenizer, on a free 127.0.0.1 port."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from eagle3lab.target import resolve
-
-    folder = tmp_path_factory.mktemp("served") / "tiny"
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                                 bos_token_id=1, eos_token_id=2, pad_token_id=2)).save_pretrained(folder)
-    tokenizer = Path(resolve("smollm2-135m-instruct"))
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (tokenizer / name).exists():
-            shutil.copy(tokenizer / name, folder / name)
+    folder = save_tiny_chat_model(tmp_path_factory.mktemp("served") / "tiny", vocab_size=49152, hidden_size=32,
+                                  intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                  num_key_value_heads=1, max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
+                                  pad_token_id=2)
     with transformers_serve(folder, log_path=folder.parent / "serve.log") as (address, _):
         yield f"http://{address}"
 

@@ -1,16 +1,15 @@
 """Chat-template tokenization with the assistant-only mask, and the resumable offline feature cache."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
+from tiny import save_tiny_chat_model
 from eagle3lab.features import open_cache, online_features, tokenize_conversation, tokenize_file
 from eagle3lab.io import InputError
-from eagle3lab.target import aux_hidden_indices, forward_with_aux, load_target, resolve
+from eagle3lab.target import aux_hidden_indices, forward_with_aux, load_target
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -20,15 +19,10 @@ WORDS = "the cat sat on a mat and then it ran to see the big red dog".split()
 
 def save_tiny_target(folder: Path, layers: int = 4) -> Path:
     """A random 4-layer Llama (hidden 64) with SmolLM2's tokenizer and ChatML template: real text, tiny compute."""
-    src = Path(resolve("smollm2-135m-instruct"))
-    torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=49152, max_position_embeddings=1024, tie_word_embeddings=True,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    LlamaForCausalLM(cfg).save_pretrained(folder)
-    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        shutil.copy(src / f, folder / f)
-    return folder
+    return save_tiny_chat_model(folder, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                                num_attention_heads=4, num_key_value_heads=2, vocab_size=49152,
+                                max_position_embeddings=1024, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+                                pad_token_id=2)
 
 
 def write_conversations(path: Path, n: int, seed: int = 0) -> Path:

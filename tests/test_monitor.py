@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-import torch
 
+from tiny import save_tiny_chat_model
 from eagle3lab import monitor
 from eagle3lab.regen import regenerate
 
@@ -17,18 +17,10 @@ from eagle3lab.regen import regenerate
 @pytest.fixture(scope="module")
 def tiny_target(tmp_path_factory):
     """A tiny random Llama with the SmolLM2 chat tokenizer, saved as a model folder."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from eagle3lab.target import resolve
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=320,
-                         eos_token_id=2, tie_word_embeddings=False, initializer_range=0.3)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    path = save_tiny_chat_model(tmp_path_factory.mktemp("tiny") / "model", vocab_size=49152, hidden_size=64,
+                                intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                max_position_embeddings=320, eos_token_id=2, tie_word_embeddings=False,
+                                initializer_range=0.3)
     return str(path)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tiny import save_tiny_chat_model
 from eagle3lab import regen
 from eagle3lab.regen import (BatchGenerator, Job, RegenError, RunFiles, Skip, read_inputs, regenerate,
                              transformers_serve, truncate_torn_tail)
@@ -23,19 +24,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 def tiny_target(tmp_path_factory):
     """A tiny random (untied, so it does not just echo its input) Llama with the SmolLM2 chat tokenizer, saved as a
     model folder that load_target, subprocesses and `transformers serve` can all open."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from eagle3lab.target import resolve
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=320,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=2, tie_word_embeddings=False,
-                         initializer_range=0.3)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    path = save_tiny_chat_model(tmp_path_factory.mktemp("tiny") / "model", vocab_size=49152, hidden_size=64,
+                                intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                max_position_embeddings=320, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+                                tie_word_embeddings=False, initializer_range=0.3)
     return str(path)
 
 

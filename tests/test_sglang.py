@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 
+from tiny import save_tiny_chat_model
 from eagle3lab import paths, sglang
 from eagle3lab.doctor import ERROR, diagnose, parse_launch
 from eagle3lab.io import InputError
@@ -202,18 +203,10 @@ def test_add_speedups_by_set_and_batch():
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from eagle3lab.target import resolve
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=320, bos_token_id=1,
-                         eos_token_id=2, pad_token_id=2, tie_word_embeddings=False, initializer_range=0.3)
-    path = tmp_path_factory.mktemp("served") / "tiny"
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    path = save_tiny_chat_model(tmp_path_factory.mktemp("served") / "tiny", vocab_size=49152, hidden_size=32,
+                                intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                max_position_embeddings=320, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+                                tie_word_embeddings=False, initializer_range=0.3)
     return str(path)
 
 

@@ -120,7 +120,8 @@ def render(metrics: Path | None = None) -> str:
         data = _load(metrics, name)
         parts.append(fn(data) if data else f"_(no `metrics/{name}.json` yet: run `make repro`)_\n")
     hardware = (_load(metrics, "scaling") or {}).get("hardware")
-    head = f"Measured by the reference run of `make repro` on the default `params.yaml`" + (f" ({hardware})" if hardware else "") + ".\n"
+    head = ("Measured by the reference run of the pipeline's stages (`dvc repro`) on the default `params.yaml`"
+            + (f" ({hardware})" if hardware else "") + ".\n")
     return "\n".join([head] + parts)
 
 
