@@ -1,6 +1,8 @@
 import pytest
 import torch
 
+from tiny import save_tiny_chat_model
+
 
 @pytest.fixture(scope="session")
 def smollm2():
@@ -28,3 +30,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tmp_path_factory):
+    """A tiny random (untied, so it does not just echo its input) Llama with the SmolLM2 chat tokenizer, saved as a
+    model folder that load_target, subprocesses and `transformers serve` can all open."""
+    path = save_tiny_chat_model(tmp_path_factory.mktemp("tiny") / "model", vocab_size=49152, hidden_size=64,
+                                intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                max_position_embeddings=320, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+                                tie_word_embeddings=False, initializer_range=0.3)
+    return str(path)

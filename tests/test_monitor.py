@@ -7,21 +7,8 @@ import subprocess
 import sys
 import time
 
-import pytest
-
-from tiny import save_tiny_chat_model
 from eagle3lab import monitor
 from eagle3lab.regen import regenerate
-
-
-@pytest.fixture(scope="module")
-def tiny_target(tmp_path_factory):
-    """A tiny random Llama with the SmolLM2 chat tokenizer, saved as a model folder."""
-    path = save_tiny_chat_model(tmp_path_factory.mktemp("tiny") / "model", vocab_size=49152, hidden_size=64,
-                                intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                max_position_embeddings=320, eos_token_id=2, tie_word_embeddings=False,
-                                initializer_range=0.3)
-    return str(path)
 
 
 def write_input(path, n, bad=0):
