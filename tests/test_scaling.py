@@ -46,3 +46,19 @@ def test_projection_transfers_relative_gain():
     fit = fit_scaling(sizes, [[saturating(n, 5.0, 8.0, 0.5)] * 3 for n in sizes], ceiling=6.0, boot=0)
     gain = fit.predict(8000) / fit.predict(800)
     assert projected_tau_after_more_data(fit, 2.1, 10, 800) == pytest.approx(2.1 * gain)
+
+
+def test_gain_per_doubling_and_whether_the_ceiling_is_identified():
+    rng = np.random.default_rng(2)
+    sizes = [22, 45, 90, 180]
+    # a log-law (0.05 per doubling) over one decade: the saturating fit runs into the config's ceiling
+    log_law = [1.1 + 0.05 * np.log2(n / 22) + rng.normal(0, 0.02, 30) for n in sizes]
+    fit = fit_scaling(sizes, log_law, ceiling=6.0, boot=100)
+    assert fit.gain_per_doubling == pytest.approx(0.05, abs=0.01)
+    lo, hi = fit.gain_per_doubling_interval
+    assert lo < fit.gain_per_doubling < hi and hi - lo < 0.03
+    assert not fit.ceiling_identified
+    # a curve that visibly flattens well below the ceiling pins it down
+    flat = [saturating(n, 3.0, 20.0, 0.8) + rng.normal(0, 0.02, 30) for n in [10, 30, 100, 300, 1000, 3000]]
+    fit = fit_scaling([10, 30, 100, 300, 1000, 3000], flat, ceiling=6.0, boot=20)
+    assert fit.ceiling_identified and fit.a == pytest.approx(3.0, abs=0.1)

@@ -78,3 +78,30 @@ def test_failing_cell_fails_the_stage_with_its_error(repo):
         stages.run_stage("boom")
     assert not (repo / "reports" / "09_boom.ipynb").exists()  # no half-written report a later run could trust
     assert stages.main(["boom"]) == 1
+
+
+def test_dvc_yaml_lists_exactly_the_package_files_each_stage_runs():
+    """A module a stage imports (even inside a function) but dvc.yaml omits would let an edit skip the rerun; an
+    extra one would rerun stages for nothing."""
+    dvc = yaml.safe_load((paths.ROOT / "dvc.yaml").read_text())
+    for name, stage in dvc["stages"].items():
+        listed = sorted(d for d in stage["deps"] if d.startswith("src/"))
+        assert listed == stages.code_deps(stages.notebook_for(name)), name
+
+
+def test_code_deps_follow_imports_inside_functions(tmp_path, monkeypatch):
+    package = tmp_path / "src" / "eagle3lab"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "stages.py").write_text("from .io import x\n")
+    (package / "io.py").write_text("x = 1\n")
+    (package / "a.py").write_text("def f():\n    from .b import g\n    return g\n")
+    (package / "b.py").write_text("from pathlib import Path\nTABLE = Path(__file__).with_name('t.yaml')\n"
+                                  "EXE = Path(__file__).with_name(\"absent\")\n")
+    (package / "t.yaml").write_text("")
+    (package / "unused.py").write_text("")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%matplotlib inline\nfrom eagle3lab import a")])
+    nbformat.write(nb, tmp_path / "01_x.ipynb")
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    assert stages.code_deps(tmp_path / "01_x.ipynb", package) == [
+        f"src/eagle3lab/{f}" for f in ["__init__.py", "a.py", "b.py", "io.py", "stages.py", "t.yaml"]]

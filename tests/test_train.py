@@ -1,6 +1,7 @@
 """TTT training: loss masking, batching, resume equivalence, NaN stop, export, CLI, 2-process DDP."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -133,6 +134,22 @@ def test_train_resume_equals_uninterrupted_and_exports(setup):
     assert torch.equal(a, b)
     with pytest.raises(Exception, match="different settings"):
         train_draft(config(setup, "killed", resume=True, lr=2e-3))
+
+
+def test_head_starts_fresh_unless_copied_from_the_target(setup):
+    from eagle3lab.target import load_target
+
+    target_head = load_target(setup["target"]).model.get_output_embeddings().weight
+    one_step = dict(max_steps=1, eval_every=10, lr=1e-12)  # the exported head is the initial one
+    fresh = train_draft(config(setup, "fresh-head", **one_step))
+    first = next(read_jsonl(setup["root"] / "fresh-head" / "metrics.jsonl"))
+    # soft cross-entropy against near-uniform draft logits is ln(draft vocab) whatever the target's distribution
+    assert first["loss_pos"] == pytest.approx([math.log(128)] * 3, abs=0.2)
+    draft = load_draft(fresh["draft"])
+    assert not torch.allclose(draft.lm_head.weight, target_head[draft.draft_ids], atol=1e-3)
+
+    copied = load_draft(train_draft(config(setup, "target-head", init_head_from_target=True, **one_step))["draft"])
+    torch.testing.assert_close(copied.lm_head.weight, target_head[copied.draft_ids], rtol=0, atol=1e-6)
 
 
 def test_non_finite_loss_stops_with_step_and_batch(setup):

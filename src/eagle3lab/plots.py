@@ -32,7 +32,9 @@ def scaling_figure(fits: dict, points: dict, *, break_even_tau: float, two_x_tau
         sizes, taus = zip(*points[name])
         ax.scatter(sizes, taus, color=color, zorder=3)
         lo, hi = fit.band(xs)
-        ax.plot(xs, fit.predict(xs), color=color, label=f"{name}: ceiling {fit.a:.2f}, exponent {fit.c:.2f}")
+        shape = f"ceiling {fit.a:.2f}" if fit.ceiling_identified else "ceiling not identified"
+        ax.plot(xs, fit.predict(xs), color=color,
+                label=f"{name}: {shape}, +{fit.gain_per_doubling:.3f} per doubling")
         ax.fill_between(xs, lo, hi, color=color, alpha=0.15)
     ax.axhline(break_even_tau, color="k", ls="--", lw=1, label=f"break-even accept length {break_even_tau:.2f}")
     ax.axhline(two_x_tau, color="k", ls=":", lw=1, label=f"2x speedup needs {two_x_tau:.2f}")

@@ -1,5 +1,6 @@
 """Render README's "Results" section from metrics/*.json of the reference run, so the README cannot drift from
-the numbers. `python -m eagle3lab.report` rewrites the block between the markers; `--check` exits 1 if stale."""
+the numbers. `python -m eagle3lab.report` rewrites the block between the markers; `--check` exits 1 if stale;
+`--compare REFERENCE OTHER` sets two runs' headline figures (two metrics folders) side by side."""
 
 from __future__ import annotations
 
@@ -94,7 +95,9 @@ def _benchmark(b: dict) -> str:
 
 
 def _scaling(s: dict) -> str:
-    rows = [[name, f["a"], f["c"], f["records_for_break_even"], f["records_for_2x"]] for name, f in s["fits"].items()]
+    rows = [[name, "{:+.3f} [{:+.3f}, {:+.3f}]".format(f["gain_per_doubling"], *f["gain_per_doubling_interval"]),
+             f"{f['a']:.2f}" + ("" if f["ceiling_identified"] else " (not identified)"), f["records_for_break_even"],
+             f["records_for_2x"]] for name, f in s["fits"].items()]
     seeds = s["seeds"]
     proj = ", ".join(f"{k} {v:.2f} ({seeds['projected_speedup_after_10x'][k]:.2f}x)"
                      for k, v in seeds["projected_tau_after_10x"].items())
@@ -103,7 +106,8 @@ def _scaling(s: dict) -> str:
             f"Costs on this machine (config {s['config']}): target step {c['target_step']:.1f} ms, verify "
             f"{c['verify']:.1f} ms, draft step {c['draft_step']:.1f} ms, other {c['other_per_round']:.1f} ms per round: "
             f"break-even accept length **{s['break_even_tau']:.2f}**, 2x needs **{s['tau_for_2x']:.2f}**.\n\n"
-            + _table(["set", "fitted ceiling a", "exponent c", "conversations for break-even", "conversations for 2x"], rows)
+            + _table(["set", "accept length gained per doubling of data [90% CI]", "fitted ceiling a",
+                      "conversations for break-even (fit)", "conversations for 2x (fit)"], rows)
             + f"\n\nThe seeds' numbers (90 vs 82.3 tok/s at accept length 2.1) put their break-even at accept length "
               f"{seeds['break_even_tau']:.2f} and 2x at {seeds['tau_for_2x']:.2f}. Carrying our fitted gain from 10x "
               f"more data over to their 2.1 gives: {proj}.\n\n![scaling](figures/scaling_accept_length.png)\n")
@@ -125,6 +129,66 @@ def render(metrics: Path | None = None) -> str:
     return "\n".join([head] + parts)
 
 
+# Headline figures for `--compare`: what a rerun should reproduce. "count": exact on any machine (records,
+# accounting); "quality": a function of the data and the model (NLL, accuracy, accept length), the same on the same
+# hardware and close elsewhere; "speed": timings, which vary 2x run to run on a shared 2-core machine.
+def headline(metrics: Path) -> list[tuple[str, str, float]]:
+    figures = []
+
+    def add(name, kind, value):
+        if isinstance(value, (int, float)):
+            figures.append((name, kind, float(value)))
+
+    if d := _load(metrics, "diagnosis"):
+        for m in d["modes"]:
+            add(f"diagnosis {m['mode']}: accept length", "quality", m["accept_length"])
+            add(f"diagnosis {m['mode']}: vs baseline", "speed", m["speedup_vs_baseline"])
+        for launch in ("wrong", "fixed"):
+            add(f"diagnosis doctor exit ({launch} launch)", "count", d["doctor"][launch]["exit_code"])
+    if s := _load(metrics, "survey"):
+        for name, inv in s["inventory"].items():
+            add(f"survey {name}: records", "count", inv["records"])
+        for name, score in s.get("onpolicy", {}).items():
+            add(f"survey {name}: on-policy NLL", "quality", score["nll"])
+        add("mixture train", "count", s["mixture"]["train"])
+        add("mixture val", "count", s["mixture"]["val"])
+    if r := _load(metrics, "regen"):
+        for key in ("success", "errors", "skipped"):
+            add(f"regen {key}", "count", r[key])
+        add("regen new tokens", "quality", r["new_tokens"])
+        add("regen tok/s", "speed", r["tokens_per_s"])
+    drafts = set()
+    if t := _load(metrics, "train"):
+        drafts = {Path(t["final"]).name} | {d["name"] for d in t["drafts"]}
+        for d in t["drafts"]:
+            add(f"train {d['name']}: held-out top-1 acc", "quality", ((d["final_val"] or {}).get("acc_pos") or [None])[0])
+            add(f"train {d['name']}: tok/s", "speed", d["tokens_per_s"])
+    if b := _load(metrics, "benchmark"):
+        for row in b["final"]["rows"]:
+            label = f"benchmark {row['set']} {row['system']}"
+            if row["config"] == b["best_config"]:
+                add(f"{label} {row['config']}: accept length", "quality", row["accept_length"])
+            if row["config"] == b["best_config"] or row["system"] not in ("baseline", *drafts):
+                add(f"{label} {row['config']}: vs baseline", "speed", row["speedup_vs_baseline"])
+    if c := _load(metrics, "scaling"):
+        add("scaling break-even accept length", "speed", c["break_even_tau"])
+        for name, fit in c["fits"].items():
+            add(f"scaling {name}: gain per doubling", "quality", fit.get("gain_per_doubling"))
+    return figures
+
+
+def compare(reference: Path, other: Path) -> str:
+    """Side by side: the reference run's headline figures and another run's, with their ratio."""
+    theirs = {name: value for name, _, value in headline(other)}
+    rows = []
+    for name, kind, mine in headline(reference):
+        value = theirs.get(name)
+        ratio = 1.0 if value == mine else value / mine if value is not None and mine else None
+        rows.append([name, kind, f"{mine:.4g}", "-" if value is None else f"{value:.4g}",
+                     "-" if ratio is None else f"{ratio:.3f}"])
+    return _table(["figure", "kind", str(reference), str(other), "ratio"], rows)
+
+
 def update(readme: Path, text: str) -> str:
     content = readme.read_text()
     if START not in content or END not in content:
@@ -137,7 +201,12 @@ def update(readme: Path, text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle3lab.report", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if README's results differ from metrics/")
+    parser.add_argument("--compare", type=Path, nargs=2, metavar=("REFERENCE", "OTHER"),
+                        help="print two runs' metrics folders side by side, figure by figure")
     args = parser.parse_args(argv)
+    if args.compare:
+        print(compare(*args.compare))
+        return 0
     readme = paths.ROOT / "README.md"
     new = update(readme, render())
     if args.check:

@@ -2,7 +2,10 @@
 
 Accept length tau against training-set size n is fitted with a saturating power law
     tau(n) = a - b * n**(-c)        (a: the ceiling, c: how fast more data stops helping)
-with uncertainty from a bootstrap over prompts (refit on resampled per-prompt accept lengths).
+with uncertainty from a bootstrap over prompts (refit on resampled per-prompt accept lengths). A few sizes close
+together rarely pin the ceiling down: when bootstrap refits push `a` to the bound the config allows, the curve is
+a log-law extrapolation in disguise, and `ceiling_identified` says so. The model-free summary of the measured range is
+the gain per doubling: the least-squares slope of accept length against log2(size), with its bootstrap interval.
 The measured per-forward costs turn tau into a speedup (Leviathan et al.; REFERENCE.md):
     speedup(tau) = tau * t_target / (t_verify + steps * t_draft + t_other)
 so break-even is tau* = round cost / t_target, and the fit inverted gives the data size that reaches it.
@@ -28,6 +31,9 @@ class ScalingFit:
     c: float
     sizes: list[float]
     taus: list[float]
+    ceiling_identified: bool  # False: the data do not show where accept length saturates
+    gain_per_doubling: float  # accept length gained per doubling of data, over the measured sizes
+    gain_per_doubling_interval: tuple[float, float]  # 90% bootstrap interval over prompts
     boot: np.ndarray | None = None  # [R, 3] bootstrap parameter draws
 
     def predict(self, n) -> np.ndarray:
@@ -75,6 +81,17 @@ def _fit_params(sizes, taus, ceiling):
     return params
 
 
+def gain_per_doubling(sizes, taus) -> float:
+    """Least-squares slope of accept length against log2(size)."""
+    return float(np.polyfit(np.log2(np.asarray(sizes, float)), np.asarray(taus, float), 1)[0])
+
+
+def _ceiling_identified(draws: list, ceiling: float) -> bool:
+    """The data pin the ceiling down when resampled prompts keep it clear of the config's bound (95% of the
+    bootstrap refits); a single fit can land inside the bound on data that only show a log-law."""
+    return bool(draws) and float(np.quantile([d[0] for d in draws], 0.95)) < ceiling * (1 - 1e-3)
+
+
 def fit_scaling(sizes, per_prompt_taus, *, ceiling: float, boot: int = 200, seed: int = 0) -> ScalingFit:
     """Fit tau(n) from per-prompt accept lengths measured at each size (a list of arrays, same prompts per size).
 
@@ -87,15 +104,19 @@ def fit_scaling(sizes, per_prompt_taus, *, ceiling: float, boot: int = 200, seed
     means = matrix.mean(axis=1)
     a, b, c = _fit_params(sizes, means, ceiling)
     rng = np.random.default_rng(seed)
-    draws = []
+    draws, slopes = [], []
     for _ in range(boot):
-        idx = rng.integers(0, matrix.shape[1], matrix.shape[1])
+        resampled = matrix[:, rng.integers(0, matrix.shape[1], matrix.shape[1])].mean(axis=1)
+        slopes.append(gain_per_doubling(sizes, resampled))
         try:
-            draws.append(_fit_params(sizes, matrix[:, idx].mean(axis=1), ceiling))
+            draws.append(_fit_params(sizes, resampled, ceiling))
         except RuntimeError:  # a resample the optimiser cannot fit: skip it rather than bias the band
             continue
+    slope = gain_per_doubling(sizes, means)
+    interval = tuple(float(x) for x in np.quantile(slopes, [0.05, 0.95])) if slopes else (slope, slope)
     return ScalingFit(a=float(a), b=float(b), c=float(c), sizes=sizes, taus=[float(m) for m in means],
-                      boot=np.asarray(draws) if draws else None)
+                      ceiling_identified=_ceiling_identified(draws, ceiling), gain_per_doubling=slope,
+                      gain_per_doubling_interval=interval, boot=np.asarray(draws) if draws else None)
 
 
 @dataclass

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -89,6 +91,39 @@ def stage_parameters(stage: str, notebook: Path, params: dict, params_file: Path
     return values
 
 
+def _package_imports(source: str, package: Path) -> set[str]:
+    """Modules of this package that `source` imports anywhere (function-level imports included)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or "").startswith(package.name)):
+            module = (node.module or "").removeprefix(package.name).lstrip(".")
+            found.update([module.split(".")[0]] if module else [a.name for a in node.names])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith(package.name + "."))
+    return {m for m in found if (package / f"{m}.py").exists()}
+
+
+def code_deps(notebook: Path, package: Path | None = None) -> list[str]:
+    """The package files a stage runs: the modules its notebook imports, transitively, the stage runner, and the
+    files those modules read beside themselves (`Path(__file__).with_name(...)`). dvc.yaml lists exactly these
+    (a test checks it), so editing one module reruns only the stages that use it."""
+    package = package or paths.ROOT / "src" / "eagle3lab"
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    code = "\n".join(line for c in cells if c["cell_type"] == "code"
+                     for line in "".join(c["source"]).splitlines() if not line.lstrip().startswith(("%", "!")))
+    todo, modules = list(_package_imports(code, package) | {"__init__", "stages"}), set()
+    while todo:
+        module = todo.pop()
+        if module not in modules:
+            modules.add(module)
+            todo += _package_imports((package / f"{module}.py").read_text(), package)
+    files = {f"{m}.py" for m in modules}
+    for m in modules:
+        named = re.findall(r"""with_name\(["']([^"']+)["']\)""", (package / f"{m}.py").read_text())
+        files.update(n for n in named if (package / n).is_file())
+    return sorted(str((package / f).relative_to(paths.ROOT)) for f in files)
+
+
 def run_stage(stage: str, params_file: Path | None = None, output: Path | None = None) -> Path:
     import papermill
 
@@ -112,7 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("stage", help="stage name, e.g. dataset_survey (runs notebooks/NN_dataset_survey.ipynb)")
     parser.add_argument("--params", type=Path, default=None, help="params file (default: params.yaml at the repo root)")
     parser.add_argument("--output", type=Path, default=None, help="executed notebook (default: reports/NN_NAME.ipynb)")
+    parser.add_argument("--deps", action="store_true", help="print the package files the stage runs (dvc.yaml deps)")
     args = parser.parse_args(argv)
+    if args.deps:
+        print("\n".join(code_deps(notebook_for(args.stage))))
+        return 0
     try:
         out = run_stage(args.stage, args.params, args.output)
     except StageError as e:
