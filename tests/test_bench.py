@@ -8,10 +8,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from eagle3lab.bench import load_prompts, main, measure_forward_costs, run_benchmark, to_dataframe
-from eagle3lab.draft import DraftConfig, Eagle3Draft, save_draft
-from eagle3lab.target import converted_dir, resolve
-
+from eagle3lab.benchmark.run import load_prompts, main, measure_forward_costs, run_benchmark, to_dataframe
+from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
+from eagle3lab.models.target import converted_dir, resolve
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -22,10 +21,19 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
     tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=1024,
-                      tie_word_embeddings=True, initializer_range=0.2,
-                      eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        initializer_range=0.2,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
     model = LlamaForCausalLM(cfg).eval()
     model.save_pretrained(root / "target")
     tokenizer.save_pretrained(root / "target")
@@ -36,11 +44,23 @@ def tiny(tmp_path_factory):
     save_draft(draft, root / "draft")
     prompts = root / "prompts.jsonl"
     prompts.write_text(
-        json.dumps({"id": "a", "set": "chat", "prompt": "Write a haiku about caches."}) + "\n"
-        + json.dumps({"id": 2, "set": "chat", "conversations": [
-            {"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"},
-            {"from": "human", "value": "Count to five."}, {"from": "gpt", "value": "1 2 3 4 5"}]}) + "\n"
-        + json.dumps({"id": "c", "set": "code", "prompt": "def add(a, b):"}) + "\n"
+        json.dumps({"id": "a", "set": "chat", "prompt": "Write a haiku about caches."})
+        + "\n"
+        + json.dumps(
+            {
+                "id": 2,
+                "set": "chat",
+                "conversations": [
+                    {"from": "human", "value": "Hi"},
+                    {"from": "gpt", "value": "Hello!"},
+                    {"from": "human", "value": "Count to five."},
+                    {"from": "gpt", "value": "1 2 3 4 5"},
+                ],
+            }
+        )
+        + "\n"
+        + json.dumps({"id": "c", "set": "code", "prompt": "def add(a, b):"})
+        + "\n"
     )
     assert converted_dir("smollm2-135m-instruct").exists()
     return root
@@ -48,11 +68,29 @@ def tiny(tmp_path_factory):
 
 def test_cli_end_to_end(tiny, capsys):
     out = tiny / "result.json"
-    rc = main([
-        "--target", str(tiny / "target"), "--prompts", str(tiny / "prompts.jsonl"), "--max-new-tokens", "12",
-        "--configs", "1,0,0,0", "1,2,1,3", "1,2,2,4", "--draft", str(tiny / "draft"), "--modes", "eagle3,eagle",
-        "--repeats", "2", "--output", str(out), "--quiet",
-    ])
+    rc = main(
+        [
+            "--target",
+            str(tiny / "target"),
+            "--prompts",
+            str(tiny / "prompts.jsonl"),
+            "--max-new-tokens",
+            "12",
+            "--configs",
+            "1,0,0,0",
+            "1,2,1,3",
+            "1,2,2,4",
+            "--draft",
+            str(tiny / "draft"),
+            "--modes",
+            "eagle3,eagle",
+            "--repeats",
+            "2",
+            "--output",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "hf-prompt-lookup" in printed and "draft [EAGLE]" in printed
@@ -62,8 +100,18 @@ def test_cli_end_to_end(tiny, capsys):
     # per set: baseline, 2 peers, 2 modes x 2 speculative configs
     assert len(rows) == 2 * (1 + 2 + 4)
     for row in rows:
-        for key in ("set", "system", "config", "accept_length", "tokens_per_s", "speedup_vs_baseline",
-                    "speedup_vs_hf_generate", "identical_rate", "divergences", "position_acceptance"):
+        for key in (
+            "set",
+            "system",
+            "config",
+            "accept_length",
+            "tokens_per_s",
+            "speedup_vs_baseline",
+            "speedup_vs_hf_generate",
+            "identical_rate",
+            "divergences",
+            "position_acceptance",
+        ):
             assert key in row, key
         assert row["tokens_per_s"] > 0
     chat = [r for r in rows if r["set"] == "chat"]
@@ -93,7 +141,7 @@ def test_cli_errors(tiny, capsys):
 
 
 def test_prompts_and_python_api(tiny):
-    from eagle3lab.target import load_target
+    from eagle3lab.models.target import load_target
 
     target = load_target(str(tiny / "target"))
     prompts = load_prompts(target.tokenizer, prompts_file=tiny / "prompts.jsonl", limit=1)
@@ -102,15 +150,23 @@ def test_prompts_and_python_api(tiny):
     assert [m["role"] for m in convo.messages] == ["user", "assistant", "user"]  # trailing answer dropped
     text = target.tokenizer.decode(convo.ids)
     assert "Count to five." in text and "1 2 3 4 5" not in text and text.rstrip().endswith("assistant")
-    result = run_benchmark(target, prompts_file=tiny / "prompts.jsonl", limit=1, max_new_tokens=6,
-                           configs=["1,3,1,4"], drafts=[tiny / "draft"], peers=[], progress=False)
+    result = run_benchmark(
+        target,
+        prompts_file=tiny / "prompts.jsonl",
+        limit=1,
+        max_new_tokens=6,
+        configs=["1,3,1,4"],
+        drafts=[tiny / "draft"],
+        peers=[],
+        progress=False,
+    )
     df = to_dataframe(result)
     assert list(df["config"]) == ["1,0,0,0", "1,3,1,4"] * 2 and set(df["set"]) == {"chat", "code"}
 
 
 def test_forward_costs(tiny):
-    from eagle3lab.draft import load_draft
-    from eagle3lab.target import load_target
+    from eagle3lab.models.draft import load_draft
+    from eagle3lab.models.target import load_target
 
     target = load_target(str(tiny / "target"))
     draft = load_draft(tiny / "draft", target=target.model)

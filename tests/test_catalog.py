@@ -3,13 +3,29 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eagle3lab import catalog
+from eagle3lab.data import catalog
 from eagle3lab.io import InputError
 
-SEED_NAMES = ["KimiK2.5-2000x", "DeepSWE-Agent-Kimi-K2-Trajectories", "Gemini-3-Pro-Opus-4.5-Kimi-K2.5-13000x",
-              "Mixture-of-Thoughts", "OpenR1-Math-220k", "SYNTHETIC-2", "s1K", "Bespoke-Stratos-17k",
-              "OpenThoughts-114k", "AM-DeepSeek-R1-Distilled", "Sky-T1", "OpenCodeInstruct", "Code-Feedback",
-              "Magicoder-Evol-Instruct-110K", "Dolphin-Coder", "CodeAlpaca", "Glaive", "code_instructions_122k"]
+SEED_NAMES = [
+    "KimiK2.5-2000x",
+    "DeepSWE-Agent-Kimi-K2-Trajectories",
+    "Gemini-3-Pro-Opus-4.5-Kimi-K2.5-13000x",
+    "Mixture-of-Thoughts",
+    "OpenR1-Math-220k",
+    "SYNTHETIC-2",
+    "s1K",
+    "Bespoke-Stratos-17k",
+    "OpenThoughts-114k",
+    "AM-DeepSeek-R1-Distilled",
+    "Sky-T1",
+    "OpenCodeInstruct",
+    "Code-Feedback",
+    "Magicoder-Evol-Instruct-110K",
+    "Dolphin-Coder",
+    "CodeAlpaca",
+    "Glaive",
+    "code_instructions_122k",
+]
 
 
 def test_committed_catalog_is_valid_and_complete():
@@ -43,8 +59,7 @@ def test_hub_source_reads_from_a_local_mirror(tmp_path):
     mirror = tmp_path / "hub"
     folder = mirror / "sahil2801" / "CodeAlpaca-20k"
     folder.mkdir(parents=True)
-    (folder / "code_alpaca_20k.json").write_text(
-        '[{"instruction": "Add two numbers", "input": "", "output": "a + b"}]')
+    (folder / "code_alpaca_20k.json").write_text('[{"instruction": "Add two numbers", "input": "", "output": "a + b"}]')
     src = next(s for s in catalog.load_catalog() if s.id == "CodeAlpaca")
     recs = catalog.load_source_records(src, mirror=mirror)
     assert recs[0].conversations[-1] == {"role": "assistant", "content": "a + b"}
@@ -61,21 +76,34 @@ def _write(tmp_path, entries):
 
 
 def _entry(**over):
-    e = {"id": "x/y", "location": "x/y", "category": "chat", "size": 10, "format": "sharegpt", "generator": "unknown",
-         "license": "unknown", "why": "test", "rank": 1, "loader": "auto"}
+    e = {
+        "id": "x/y",
+        "location": "x/y",
+        "category": "chat",
+        "size": 10,
+        "format": "sharegpt",
+        "generator": "unknown",
+        "license": "unknown",
+        "why": "test",
+        "rank": 1,
+        "loader": "auto",
+    }
     e.update(over)
     return e
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"category": "misc"}, r"'x/y'.*field 'category'"),
-    ({"size": -3}, r"'x/y'.*field 'size'"),
-    ({"rank": "first"}, r"'x/y'.*field 'rank'"),
-    ({"loader": "csv-magic"}, r"'x/y'.*field 'loader'"),
-    ({"license": ""}, r"'x/y'.*field 'license' is empty"),
-    ({"colour": "red"}, r"'x/y'.*unknown field"),
-    ({"category": "evaluation"}, r"'x/y'.*rank.*null"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"category": "misc"}, r"'x/y'.*field 'category'"),
+        ({"size": -3}, r"'x/y'.*field 'size'"),
+        ({"rank": "first"}, r"'x/y'.*field 'rank'"),
+        ({"loader": "csv-magic"}, r"'x/y'.*field 'loader'"),
+        ({"license": ""}, r"'x/y'.*field 'license' is empty"),
+        ({"colour": "red"}, r"'x/y'.*unknown field"),
+        ({"category": "evaluation"}, r"'x/y'.*rank.*null"),
+    ],
+)
 def test_validation_names_entry_and_field(tmp_path, bad, message):
     with pytest.raises(InputError, match=message):
         catalog.load_catalog(_write(tmp_path, [_entry(**bad)]))

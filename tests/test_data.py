@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from eagle3lab import data
+from eagle3lab.data import sources as data
 from eagle3lab.io import InputError
 
 
@@ -15,7 +15,10 @@ def test_sharegpt_salvages_every_complete_conversation():
 
 
 def test_salvage_of_a_truncated_array(tmp_path):
-    rows = [{"id": f"r{i}", "conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "a"}]} for i in range(3)]
+    rows = [
+        {"id": f"r{i}", "conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "a"}]}
+        for i in range(3)
+    ]
     text = json.dumps(rows, indent=2)
     cut = text[: text.rindex('"value": "a"')]  # inside the last record
     path = tmp_path / "cut.json"
@@ -33,7 +36,9 @@ def test_salvage_of_a_truncated_array(tmp_path):
 def test_bad_turn_names_file_record_and_field(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps([{"id": "x1", "conversations": [{"from": "robot", "value": "hi"}]}]))
-    with pytest.raises(InputError, match=r"bad.json: record 0 \(id 'x1'\): turn 0: unknown role 'robot' in field 'from'"):
+    with pytest.raises(
+        InputError, match=r"bad.json: record 0 \(id 'x1'\): turn 0: unknown role 'robot' in field 'from'"
+    ):
         data.load_sharegpt(path)
 
 

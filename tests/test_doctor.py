@@ -15,9 +15,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from eagle3lab.doctor.core import ERROR, OK, WARNING, diagnose, main, parse_launch
+from eagle3lab.regen.run import transformers_serve
 from tiny import save_tiny_chat_model
-from eagle3lab.doctor import ERROR, OK, WARNING, diagnose, main, parse_launch
-from eagle3lab.regen import transformers_serve
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,8 +36,13 @@ def seeds_launch(draft: Path, algorithm: str = "EAGLE", extra: str = "") -> str:
 
 
 def write_target(folder: Path, *, nested: bool = True, **over) -> Path:
-    text = {"model_type": "kimi_k2", "hidden_size": KIMI["hidden"], "num_hidden_layers": KIMI["layers"],
-            "vocab_size": KIMI["vocab"], "max_position_embeddings": KIMI["max_pos"]}
+    text = {
+        "model_type": "kimi_k2",
+        "hidden_size": KIMI["hidden"],
+        "num_hidden_layers": KIMI["layers"],
+        "vocab_size": KIMI["vocab"],
+        "max_position_embeddings": KIMI["max_pos"],
+    }
     text.update(over)
     cfg = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": text} if nested else text
     folder.mkdir(parents=True, exist_ok=True)
@@ -70,9 +75,26 @@ def save_safetensors(path: Path, tensors: dict, sparse: bool) -> None:
         f.truncate(base + offset)
 
 
-def write_draft(folder: Path, *, hidden=64, target_hidden=KIMI["hidden"], vocab=KIMI["vocab"], draft_vocab=4096,
-                aux_ids=None, max_pos=KIMI["max_pos"], arch="LlamaForCausalLMEagle3", fc_in=None, drop=(),
-                lm_rows=None, tie=False, d2t=None, t2d=None, config_over=None, config_drop=(), sparse=False) -> Path:
+def write_draft(
+    folder: Path,
+    *,
+    hidden=64,
+    target_hidden=KIMI["hidden"],
+    vocab=KIMI["vocab"],
+    draft_vocab=4096,
+    aux_ids=None,
+    max_pos=KIMI["max_pos"],
+    arch="LlamaForCausalLMEagle3",
+    fc_in=None,
+    drop=(),
+    lm_rows=None,
+    tie=False,
+    d2t=None,
+    t2d=None,
+    config_over=None,
+    config_drop=(),
+    sparse=False,
+) -> Path:
     """An EAGLE-3 draft with SGLang's key names. By default its hidden is tiny while the fc width is the real
     3 x target hidden; sparse=True allows the real sizes (weights left as file holes)."""
     heads, head_dim, inter = 4, 16, 128
@@ -106,11 +128,23 @@ def write_draft(folder: Path, *, hidden=64, target_hidden=KIMI["hidden"], vocab=
     for k in drop:
         tensors.pop(k)
     config = {
-        "architectures": [arch], "model_type": "llama", "hidden_size": hidden, "intermediate_size": inter,
-        "num_attention_heads": heads, "num_key_value_heads": 2, "head_dim": head_dim, "num_hidden_layers": 1,
-        "vocab_size": vocab, "draft_vocab_size": draft_vocab, "target_hidden_size": target_hidden,
-        "max_position_embeddings": max_pos, "rms_norm_eps": 1e-5, "rope_theta": 50000.0, "hidden_act": "silu",
-        "tie_word_embeddings": tie, "eagle_config": {"use_aux_hidden_state": True},
+        "architectures": [arch],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_attention_heads": heads,
+        "num_key_value_heads": 2,
+        "head_dim": head_dim,
+        "num_hidden_layers": 1,
+        "vocab_size": vocab,
+        "draft_vocab_size": draft_vocab,
+        "target_hidden_size": target_hidden,
+        "max_position_embeddings": max_pos,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 50000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": tie,
+        "eagle_config": {"use_aux_hidden_state": True},
     }
     if aux_ids is not None:
         config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = aux_ids
@@ -143,24 +177,41 @@ def text(findings) -> str:
 
 
 def test_parse_launch_forms():
-    a = parse_launch("CUDA_VISIBLE_DEVICES=0,1 python3 -m sglang.launch_server --model /m/t --tp 2 \\\n"
-                     "  --speculative-algorithm=eagle3 --speculative-draft-model /m/d --context-length 8192")
+    a = parse_launch(
+        "CUDA_VISIBLE_DEVICES=0,1 python3 -m sglang.launch_server --model /m/t --tp 2 \\\n"
+        "  --speculative-algorithm=eagle3 --speculative-draft-model /m/d --context-length 8192"
+    )
     assert (a.model_path, a.tp_size, a.algorithm, a.draft_path, a.context_length) == ("/m/t", 2, "EAGLE3", "/m/d", 8192)
     assert a.notes == []
-    b = parse_launch("sglang serve /m/t --tensor-parallel-size 4 --speculative-num-steps 3 --speculative-eagle-topk 1 "
-                     "--speculative-num-draft-tokens 4")
+    b = parse_launch(
+        "sglang serve /m/t --tensor-parallel-size 4 --speculative-num-steps 3 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 4"
+    )
     assert (b.model_path, b.tp_size, b.num_steps, b.topk, b.num_draft_tokens) == ("/m/t", 4, 3, 1, 4)
     assert b.algorithm is None
-    c = parse_launch(["python", "-m", "sglang.launch_server", "--model-path", "a b", "--speculative-algo", "EAGLE",
-                      "--speculative-draft", "/d"])
+    c = parse_launch(
+        [
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "a b",
+            "--speculative-algo",
+            "EAGLE",
+            "--speculative-draft",
+            "/d",
+        ]
+    )
     assert (c.model_path, c.algorithm, c.draft_path) == ("a b", "EAGLE", "/d")
     assert any("ambiguous" in n for n in c.notes)  # --speculative-draft is ambiguous in current SGLang
     # the corrected command keeps the user's spelling and quoting
-    assert c.corrected(algorithm="EAGLE3") == ("python -m sglang.launch_server --model-path 'a b' --speculative-algo EAGLE3 "
-                                               "--speculative-draft /d")
+    assert c.corrected(algorithm="EAGLE3") == (
+        "python -m sglang.launch_server --model-path 'a b' --speculative-algo EAGLE3 --speculative-draft /d"
+    )
     eq = parse_launch("sglang serve --model-path /t --speculative-algorithm=EAGLE")
     assert eq.corrected(algorithm="EAGLE3", context_length=4096) == (
-        "sglang serve --model-path /t --speculative-algorithm=EAGLE3 --context-length 4096")
+        "sglang serve --model-path /t --speculative-algorithm=EAGLE3 --context-length 4096"
+    )
     assert parse_launch("vllm serve x --tp 2").notes[0].startswith("not an SGLang launch")
     assert "not valid shell syntax" in parse_launch("python -m sglang.launch_server --model-path 'x").notes[0]
     assert any("not an integer" in n for n in parse_launch("sglang serve --model-path t --tp eight").notes)
@@ -180,8 +231,10 @@ def test_seeds_wrong_launch_exits_1_with_fc_bypass(seeds, capsys):
     assert "fc is bypassed" in bypass.title
     assert "3 x 7168 = 21504" in body and "final hidden state: 7168 features" in body
     assert "fc is skipped silently" in body  # the draft's hidden is 7168 too: SGLang's width test passes
-    assert bypass.fix.splitlines() == ["--speculative-algorithm EAGLE3",
-                                       wrong.replace("--speculative-algorithm EAGLE ", "--speculative-algorithm EAGLE3 ")]
+    assert bypass.fix.splitlines() == [
+        "--speculative-algorithm EAGLE3",
+        wrong.replace("--speculative-algorithm EAGLE ", "--speculative-algorithm EAGLE3 "),
+    ]
     assert [f.check for f in report.errors] == ["algorithm"]  # nothing else is wrong with this deployment
     assert "ERROR" in out and "21504" in out and "exit 1" in out
 
@@ -213,8 +266,10 @@ def test_json_output(seeds, capsys):
 
 
 def test_launch_without_draft_at_hand_warns_from_name():
-    report = diagnose(launch="sglang serve --model-path org/t --speculative-algorithm EAGLE "
-                             "--speculative-draft-model-path AQ-MedAI/Kimi-K2-Instruct-eagle3")
+    report = diagnose(
+        launch="sglang serve --model-path org/t --speculative-algorithm EAGLE "
+        "--speculative-draft-model-path AQ-MedAI/Kimi-K2-Instruct-eagle3"
+    )
     [w] = checks(report, "algorithm")
     assert w.severity == WARNING and "EAGLE3" in w.fix
 
@@ -224,7 +279,9 @@ def test_launch_without_draft_at_hand_warns_from_name():
 
 def test_reverse_mismatch_eagle2_draft_under_eagle3(tmp_path, seeds):
     # EAGLE-1/2 drafts take cat[embed, final hidden] (2H) and have no 3H fc
-    d = write_draft(tmp_path / "eagle2", hidden=64, target_hidden=64, vocab=KIMI["vocab"], fc_in=128, arch="LlamaForCausalLMEagle")
+    d = write_draft(
+        tmp_path / "eagle2", hidden=64, target_hidden=64, vocab=KIMI["vocab"], fc_in=128, arch="LlamaForCausalLMEagle"
+    )
     report = diagnose(launch=seeds_launch(d, "EAGLE3"), draft=d)
     [err] = checks(report, "algorithm", ERROR)
     assert "non-EAGLE-3" in err.title and "--speculative-algorithm EAGLE " in err.fix + " "
@@ -232,7 +289,9 @@ def test_reverse_mismatch_eagle2_draft_under_eagle3(tmp_path, seeds):
 
 
 def test_draft_without_algorithm_is_never_loaded(seeds):
-    launch = f"python -m sglang.launch_server --model-path {seeds['target']} --speculative-draft-model-path {seeds['draft']}"
+    launch = (
+        f"python -m sglang.launch_server --model-path {seeds['target']} --speculative-draft-model-path {seeds['draft']}"
+    )
     report = diagnose(launch=launch)
     [err] = checks(report, "algorithm", ERROR)
     assert "never loaded" in err.title and err.fix.endswith("--speculative-algorithm EAGLE3")
@@ -303,7 +362,9 @@ def test_wrong_lm_head_rows(tmp_path, seeds):
 def test_d2t_and_t2d_inconsistent(tmp_path, seeds):
     out_of_range = torch.full((4096,), KIMI["vocab"], dtype=torch.long)  # every id maps past the vocab
     d = write_draft(tmp_path / "d2t", d2t=out_of_range)
-    assert "outside the target vocab" in text(checks(diagnose(draft=d, target=str(seeds["target"])), "draft_vocab", ERROR))
+    assert "outside the target vocab" in text(
+        checks(diagnose(draft=d, target=str(seeds["target"])), "draft_vocab", ERROR)
+    )
     t2d = torch.zeros(KIMI["vocab"], dtype=torch.bool)
     t2d[:4096] = True  # right count, wrong ids
     d = write_draft(tmp_path / "t2d", t2d=t2d)
@@ -314,7 +375,10 @@ def test_d2t_and_t2d_inconsistent(tmp_path, seeds):
 
 def test_vocab_size_mismatch_with_target(tmp_path, seeds):
     d = write_draft(tmp_path / "v", vocab=32000, draft_vocab=1000)
-    assert "!= target vocab 163840" in checks(diagnose(draft=d, target=str(seeds["target"])), "draft_vocab", ERROR)[0].title
+    assert (
+        "!= target vocab 163840"
+        in checks(diagnose(draft=d, target=str(seeds["target"])), "draft_vocab", ERROR)[0].title
+    )
 
 
 def test_tied_embeddings_drop_the_draft_head(tmp_path, seeds):
@@ -333,7 +397,10 @@ def test_small_max_position_embeddings(tmp_path, seeds):
     assert "stop at 2048" in err.title and "65536" in err.title and '"max_position_embeddings": 65536' in err.fix
     # without --context-length the target's own max positions are what the server accepts
     launch = seeds_launch(d, "EAGLE3").replace("--context-length 65536 ", "")
-    assert "262144" in checks(diagnose(launch=launch, draft=d, target=str(seeds["target"])), "context_length", ERROR)[0].title
+    assert (
+        "262144"
+        in checks(diagnose(launch=launch, draft=d, target=str(seeds["target"])), "context_length", ERROR)[0].title
+    )
     # a config without the field falls back to Llama's 2048
     d2 = write_draft(tmp_path / "nofield", config_drop=["max_position_embeddings"])
     assert checks(diagnose(launch=seeds_launch(d2, "EAGLE3"), draft=d2), "context_length", ERROR)
@@ -342,16 +409,27 @@ def test_small_max_position_embeddings(tmp_path, seeds):
 # ---- steps / topk / num-draft-tokens ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("flags,severity,needle", [
-    ("--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4", OK, "consistent"),
-    ("--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 8", WARNING, "steps + 1 = 4"),
-    ("--speculative-num-steps 5 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8", OK, "consistent"),
-    ("--speculative-num-steps 2 --speculative-eagle-topk 2 --speculative-num-draft-tokens 9", WARNING, "exceeds"),
-    ("--speculative-num-steps 3", ERROR, "all three"),
-    ("--speculative-eagle-topk 1 --speculative-num-draft-tokens 4", ERROR, "all three"),
-    ("--speculative-num-steps 0 --speculative-eagle-topk 1 --speculative-num-draft-tokens 1", ERROR, "non-positive"),
-    ("", OK, "defaults"),
-])
+@pytest.mark.parametrize(
+    "flags,severity,needle",
+    [
+        ("--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4", OK, "consistent"),
+        (
+            "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 8",
+            WARNING,
+            "steps + 1 = 4",
+        ),
+        ("--speculative-num-steps 5 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8", OK, "consistent"),
+        ("--speculative-num-steps 2 --speculative-eagle-topk 2 --speculative-num-draft-tokens 9", WARNING, "exceeds"),
+        ("--speculative-num-steps 3", ERROR, "all three"),
+        ("--speculative-eagle-topk 1 --speculative-num-draft-tokens 4", ERROR, "all three"),
+        (
+            "--speculative-num-steps 0 --speculative-eagle-topk 1 --speculative-num-draft-tokens 1",
+            ERROR,
+            "non-positive",
+        ),
+        ("", OK, "defaults"),
+    ],
+)
 def test_spec_params(flags, severity, needle):
     report = diagnose(launch=f"sglang serve --model-path org/t --speculative-algorithm EAGLE3 {flags}")
     [f] = checks(report, "spec_params")
@@ -396,8 +474,22 @@ def test_bad_usage_exits_2(capsys):
 
 
 def test_cli_dispatch(seeds):
-    proc = subprocess.run([sys.executable, "-m", "eagle3lab.cli", "doctor", "--launch", seeds_launch(seeds["draft"]),
-                           "--target", str(seeds["target"])], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eagle3lab.cli",
+            "doctor",
+            "--launch",
+            seeds_launch(seeds["draft"]),
+            "--target",
+            str(seeds["target"]),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "fc is bypassed" in proc.stdout and "Traceback" not in proc.stderr
 
@@ -415,7 +507,9 @@ def sglang_transport(server_info: str | None, generate: str | None, chat: str | 
     def handler(request: httpx.Request) -> httpx.Response:
         if seen is not None:
             seen.append((request.method, request.url.path, json.loads(request.content) if request.content else None))
-        payload = {"/server_info": server_info, "/generate": generate, "/v1/chat/completions": chat}.get(request.url.path)
+        payload = {"/server_info": server_info, "/generate": generate, "/v1/chat/completions": chat}.get(
+            request.url.path
+        )
         if payload is None:
             return httpx.Response(404, json={"detail": "Not Found"})
         return httpx.Response(200, json=fixture(payload))
@@ -425,8 +519,11 @@ def sglang_transport(server_info: str | None, generate: str | None, chat: str | 
 
 def test_server_accept_length_one_is_an_error():
     seen = []
-    report = diagnose(server="http://sglang:30000", probes=2,
-                      transport=sglang_transport("server_info_eagle_bypassed.json", "generate_eagle_bypassed.json", seen=seen))
+    report = diagnose(
+        server="http://sglang:30000",
+        probes=2,
+        transport=sglang_transport("server_info_eagle_bypassed.json", "generate_eagle_bypassed.json", seen=seen),
+    )
     errs = checks(report, "accept_length", ERROR)
     assert len(errs) == 2  # /server_info's average and the probes agree
     assert all("contributes nothing" in e.title for e in errs)
@@ -440,20 +537,29 @@ def test_server_accept_length_one_is_an_error():
 
 
 def test_server_fixed_accept_length_is_ok():
-    report = diagnose(server="http://sglang:30000", probes=1,
-                      transport=sglang_transport("server_info_eagle3_fixed.json", "generate_eagle3.json"))
+    report = diagnose(
+        server="http://sglang:30000",
+        probes=1,
+        transport=sglang_transport("server_info_eagle3_fixed.json", "generate_eagle3.json"),
+    )
     accept = checks(report, "accept_length")
     assert [f.severity for f in accept] == [OK, OK]
     assert "2.10" in accept[0].title and "2.13" in accept[1].title
     assert report.exit_code == 0
     # the seeds' 2.1 is real but weak when a higher bar is asked for
-    strict = diagnose(server="http://sglang:30000", probes=0, low_accept=2.5,
-                      transport=sglang_transport("server_info_eagle3_fixed.json", None))
+    strict = diagnose(
+        server="http://sglang:30000",
+        probes=0,
+        low_accept=2.5,
+        transport=sglang_transport("server_info_eagle3_fixed.json", None),
+    )
     assert checks(strict, "accept_length")[0].severity == WARNING
 
 
 def test_server_low_accept_length_legacy_shape_is_a_warning():
-    report = diagnose(server="http://sglang:30000", probes=0, transport=sglang_transport("server_info_legacy_low.json", None))
+    report = diagnose(
+        server="http://sglang:30000", probes=0, transport=sglang_transport("server_info_legacy_low.json", None)
+    )
     [w] = checks(report, "accept_length")
     assert w.severity == WARNING and "1.35" in w.title and "not a flag bug" in text([w])
     assert report.exit_code == 0
@@ -471,15 +577,22 @@ def test_server_without_speculation_is_a_different_finding(seeds):
 
 
 def test_launch_line_and_server_disagree(seeds):
-    report = diagnose(launch=seeds_launch(seeds["draft"], "EAGLE3"), draft=seeds["draft"], target=str(seeds["target"]),
-                      server="http://sglang:30000", probes=0,
-                      transport=sglang_transport("server_info_eagle_bypassed.json", None))
+    report = diagnose(
+        launch=seeds_launch(seeds["draft"], "EAGLE3"),
+        draft=seeds["draft"],
+        target=str(seeds["target"]),
+        server="http://sglang:30000",
+        probes=0,
+        transport=sglang_transport("server_info_eagle_bypassed.json", None),
+    )
     assert "does not match the launch line" in text(checks(report, "server", WARNING))
     assert checks(report, "accept_length", ERROR)
 
 
 def test_openai_only_server_reports_no_speculation():
-    report = diagnose(server="http://other:8000", probes=2, transport=sglang_transport(None, None, "chat_completion_plain.json"))
+    report = diagnose(
+        server="http://other:8000", probes=2, transport=sglang_transport(None, None, "chat_completion_plain.json")
+    )
     assert checks(report, "server", WARNING)  # no /server_info
     [off] = checks(report, "speculation")
     assert off.severity == WARNING and "no spec_verify_ct" in off.title and "/v1/chat/completions" in text([off])
@@ -494,16 +607,24 @@ def test_unreachable_server_is_a_finding_not_a_traceback(capsys):
     assert code == 1 and "unreachable" in out and "Traceback" not in out
 
 
-# ---- the project's own draft format (eagle3lab.draft.save_draft) ------------------------------------------------
+# ---- the project's own draft format (eagle3lab.models.draft.save_draft) ------------------------------------------------
 
 
 def test_project_draft_wrong_and_fixed(tmp_path):
     from transformers import LlamaConfig
 
-    from eagle3lab.draft import DraftConfig, Eagle3Draft, save_draft
+    from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
 
-    tcfg = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
-                       num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True)
+    tcfg = LlamaConfig(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
     target = tmp_path / "target"
     tcfg.save_pretrained(target)
     torch.manual_seed(0)
@@ -526,10 +647,19 @@ def test_project_draft_wrong_and_fixed(tmp_path):
 @pytest.fixture(scope="module")
 def transformers_server(tmp_path_factory):
     """`transformers serve` on a tiny random Llama with SmolLM2's tokenizer, on a free 127.0.0.1 port."""
-    folder = save_tiny_chat_model(tmp_path_factory.mktemp("served") / "tiny", vocab_size=49152, hidden_size=32,
-                                  intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                  num_key_value_heads=1, max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
-                                  pad_token_id=2)
+    folder = save_tiny_chat_model(
+        tmp_path_factory.mktemp("served") / "tiny",
+        vocab_size=49152,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
     with transformers_serve(folder, log_path=folder.parent / "serve.log") as (address, _):
         yield f"http://{address}"
 
@@ -546,11 +676,15 @@ def test_real_transformers_serve_reports_no_speculation(transformers_server, see
 
 
 def test_embedded_target_by_id(tmp_path):
-    """--target accepts the embedded SmolLM2 id (eagle3lab.target.resolve): 30 layers, hidden 576, vocab 49152."""
-    d = write_draft(tmp_path / "smol", hidden=576, target_hidden=576, vocab=49152, draft_vocab=8192, max_pos=8192, sparse=True)
+    """--target accepts the embedded SmolLM2 id (eagle3lab.models.target.resolve): 30 layers, hidden 576, vocab 49152."""
+    d = write_draft(
+        tmp_path / "smol", hidden=576, target_hidden=576, vocab=49152, draft_vocab=8192, max_pos=8192, sparse=True
+    )
     launch = f"python -m sglang.launch_server --model-path HuggingFaceTB/SmolLM2-135M-Instruct --speculative-algorithm EAGLE3 --speculative-draft-model-path {d}"
     report = diagnose(launch=launch, target="smollm2-135m-instruct")
     assert report.exit_code == 0, report.render()
-    assert "hidden_states[2], hidden_states[15], hidden_states[27] -> 3 x 576 = 1728" in text(checks(report, "aux_layers"))
+    assert "hidden_states[2], hidden_states[15], hidden_states[27] -> 3 x 576 = 1728" in text(
+        checks(report, "aux_layers")
+    )
     wrong = diagnose(launch=launch.replace("EAGLE3", "EAGLE"), target="smollm2-135m-instruct")
     assert "3 x 576 = 1728" in text(checks(wrong, "algorithm", ERROR))

@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
-from eagle3lab.draft import DraftCache, DraftConfig, DraftFormatError, Eagle3Draft, load_draft, save_draft
+from eagle3lab.models.draft import DraftCache, DraftConfig, DraftFormatError, Eagle3Draft, load_draft, save_draft
 
 SGLANG_KEYS = {
     "midlayer.self_attn.q_proj.weight",
@@ -30,8 +30,16 @@ SGLANG_KEYS = {
 
 
 def target_config(**kw):
-    base = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, vocab_size=300,
-                max_position_embeddings=512, num_hidden_layers=6, rope_parameters={"rope_type": "default", "rope_theta": 5e4})
+    base = dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=300,
+        max_position_embeddings=512,
+        num_hidden_layers=6,
+        rope_parameters={"rope_type": "default", "rope_theta": 5e4},
+    )
     return LlamaConfig(**{**base, **kw})
 
 
@@ -61,7 +69,10 @@ def test_config_from_target_and_sglang_json():
     assert j["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [1, 2, 3], "use_aux_hidden_state": True}
     assert j["tie_word_embeddings"] is False  # SGLang would tie lm_head to the embedding otherwise
     assert DraftConfig.from_sglang(json.loads(json.dumps(j))) == cfg
-    assert "eagle_aux_hidden_state_layer_ids" not in DraftConfig.from_target(target_config(), 50).to_sglang()["eagle_config"]
+    assert (
+        "eagle_aux_hidden_state_layer_ids"
+        not in DraftConfig.from_target(target_config(), 50).to_sglang()["eagle_config"]
+    )
 
 
 def test_shapes_vocab_maps_and_project():
@@ -184,7 +195,9 @@ def test_load_variants_layers0_no_embed_no_t2d(tmp_path):
     emb = draft.embed_tokens.weight.detach().clone()
 
     def variant(state):
-        out = {k.replace("midlayer.", "layers.0."): v for k, v in state.items() if k not in ("embed_tokens.weight", "t2d")}
+        out = {
+            k.replace("midlayer.", "layers.0."): v for k, v in state.items() if k not in ("embed_tokens.weight", "t2d")
+        }
         return out
 
     _rewrite(tmp_path / "d", variant)
@@ -237,7 +250,7 @@ def test_cache_select_on_batch_and_dtype():
 
 def test_smollm2_draft_config_and_forward():
     """Integration: the draft shaped from the real SmolLM2 target config serialises as SGLang expects and runs."""
-    from eagle3lab.target import load_target
+    from eagle3lab.models.target import load_target
 
     target = load_target()
     cfg = DraftConfig.from_target(target.model.config, 1024)

@@ -6,23 +6,33 @@ from pathlib import Path
 import pytest
 import torch
 
-from tiny import save_tiny_chat_model
-from eagle3lab.features import open_cache, online_features, tokenize_conversation, tokenize_file
 from eagle3lab.io import InputError
-from eagle3lab.target import aux_hidden_indices, forward_with_aux, load_target
+from eagle3lab.models.target import aux_hidden_indices, forward_with_aux, load_target
+from eagle3lab.train.features import online_features, open_cache, tokenize_conversation, tokenize_file
+from tiny import save_tiny_chat_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-WORDS = "the cat sat on a mat and then it ran to see the big red dog".split()
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "then", "it", "ran", "to", "see", "the", "big", "red", "dog"]
 
 
 def save_tiny_target(folder: Path, layers: int = 4) -> Path:
     """A random 4-layer Llama (hidden 64) with SmolLM2's tokenizer and ChatML template: real text, tiny compute."""
-    return save_tiny_chat_model(folder, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                                num_attention_heads=4, num_key_value_heads=2, vocab_size=49152,
-                                max_position_embeddings=1024, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
-                                pad_token_id=2)
+    return save_tiny_chat_model(
+        folder,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=49152,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
 
 
 def write_conversations(path: Path, n: int, seed: int = 0) -> Path:
@@ -35,7 +45,10 @@ def write_conversations(path: Path, n: int, seed: int = 0) -> Path:
         for i in range(n):
             turns = []
             for _ in range(1 + i % 3):
-                turns += [{"role": "user", "content": text(4 + i % 5)}, {"role": "assistant", "content": text(6 + i % 17)}]
+                turns += [
+                    {"role": "user", "content": text(4 + i % 5)},
+                    {"role": "assistant", "content": text(6 + i % 17)},
+                ]
             f.write(json.dumps({"id": f"c{i}", "conversations": turns}) + "\n")
     return path
 
@@ -47,8 +60,11 @@ def tiny(tmp_path_factory):
 
 def test_assistant_only_mask(tiny):
     tok = tiny.tokenizer
-    msgs = [{"role": "assistant", "content": "Welcome back."}, {"role": "user", "content": "What is two plus two?"},
-            {"role": "assistant", "content": "It is four."}]
+    msgs = [
+        {"role": "assistant", "content": "Welcome back."},
+        {"role": "user", "content": "What is two plus two?"},
+        {"role": "assistant", "content": "It is four."},
+    ]
     ids, mask = tokenize_conversation(tok, msgs, 1000, "x")
     assert ids.tolist() == tok(tok.apply_chat_template(msgs, tokenize=False), add_special_tokens=False)["input_ids"]
     learned = tok.decode(ids[mask])
@@ -59,12 +75,20 @@ def test_assistant_only_mask(tiny):
 
 
 def test_bad_records_name_file_record_and_field(tmp_path, tiny):
-    cases = [({"conversations": []}, "field 'id'"), ({"id": "a", "conversations": []}, "'conversations' is empty"),
-             ({"id": "b", "conversations": [{"role": "gpt", "content": "x"}]}, "conversations[0]: field 'role'"),
-             ({"id": "c", "conversations": [{"role": "user"}]}, "field 'content'")]
+    cases = [
+        ({"conversations": []}, "field 'id'"),
+        ({"id": "a", "conversations": []}, "'conversations' is empty"),
+        ({"id": "b", "conversations": [{"role": "gpt", "content": "x"}]}, "conversations[0]: field 'role'"),
+        ({"id": "c", "conversations": [{"role": "user"}]}, "field 'content'"),
+    ]
     for row, needle in cases:
         path = tmp_path / "bad.jsonl"
-        path.write_text(json.dumps({"id": "ok", "conversations": [{"role": "user", "content": "hi"}]}) + "\n" + json.dumps(row) + "\n")
+        path.write_text(
+            json.dumps({"id": "ok", "conversations": [{"role": "user", "content": "hi"}]})
+            + "\n"
+            + json.dumps(row)
+            + "\n"
+        )
         with pytest.raises(InputError) as e:
             tokenize_file(path, tiny.tokenizer, 100)
         assert str(path) in str(e.value) and "record 2" in str(e.value) and needle in str(e.value)
@@ -72,8 +96,10 @@ def test_bad_records_name_file_record_and_field(tmp_path, tiny):
 
 def test_tokenize_file_skips_records_without_assistant_tokens(tmp_path, tiny):
     path = tmp_path / "d.jsonl"
-    rows = [{"id": "u", "conversations": [{"role": "user", "content": "only a question"}]},
-            {"id": "a", "conversations": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "an answer"}]}]
+    rows = [
+        {"id": "u", "conversations": [{"role": "user", "content": "only a question"}]},
+        {"id": "a", "conversations": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "an answer"}]},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     recs, stats = tokenize_file(path, tiny.tokenizer, 100)
     assert [r.id for r in recs] == ["a"] and [r.index for r in recs] == [1]

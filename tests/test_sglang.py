@@ -1,4 +1,4 @@
-"""eagle3lab.sglang: launch commands, the server lifecycle (against a real `transformers serve`), and the benchmark
+"""eagle3lab.serving.sglang: launch commands, the server lifecycle (against a real `transformers serve`), and the benchmark
 against recorded SGLang /generate payloads. SGLang itself cannot run on this CPU."""
 
 import json
@@ -11,12 +11,13 @@ import pytest
 import torch
 import yaml
 
-from tiny import save_tiny_chat_model
-from eagle3lab import paths, sglang
-from eagle3lab.doctor import ERROR, diagnose, parse_launch
+from eagle3lab import paths
+from eagle3lab.doctor.core import ERROR, diagnose, parse_launch
 from eagle3lab.io import InputError
-from eagle3lab.servers import free_port
-from eagle3lab.sglang import ServerError, bench_server, launch_command, start_server
+from eagle3lab.serving import sglang
+from eagle3lab.serving.processes import free_port
+from eagle3lab.serving.sglang import ServerError, bench_server, launch_command, start_server
+from tiny import save_tiny_chat_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 PROFILE = paths.ROOT / "params" / "gpu-llama3-8b.yaml"
@@ -30,18 +31,44 @@ def fixture(name: str) -> dict:
 
 
 def test_launch_command_flags_and_eagle3_default():
-    cmd = launch_command("meta-llama/Llama-3.1-8B-Instruct", port=30001, tp=2, draft="/d", steps=3, topk=1,
-                         num_draft_tokens=4, context_length=8192, mem_fraction=0.8, cuda_graph_max_bs=8,
-                         extra=["--attention-backend", "fa3"])
+    cmd = launch_command(
+        "meta-llama/Llama-3.1-8B-Instruct",
+        port=30001,
+        tp=2,
+        draft="/d",
+        steps=3,
+        topk=1,
+        num_draft_tokens=4,
+        context_length=8192,
+        mem_fraction=0.8,
+        cuda_graph_max_bs=8,
+        extra=["--attention-backend", "fa3"],
+    )
     assert cmd[:3] == ["python", "-m", "sglang.launch_server"]
     flags = dict(zip(cmd[3::2], cmd[4::2]))
-    assert flags == {"--model-path": "meta-llama/Llama-3.1-8B-Instruct", "--host": "127.0.0.1", "--port": "30001",
-                     "--tp-size": "2", "--speculative-algorithm": "EAGLE3", "--speculative-draft-model-path": "/d",
-                     "--speculative-num-steps": "3", "--speculative-eagle-topk": "1",
-                     "--speculative-num-draft-tokens": "4", "--context-length": "8192", "--mem-fraction-static": "0.8",
-                     "--cuda-graph-max-bs": "8", "--attention-backend": "fa3"}
+    assert flags == {
+        "--model-path": "meta-llama/Llama-3.1-8B-Instruct",
+        "--host": "127.0.0.1",
+        "--port": "30001",
+        "--tp-size": "2",
+        "--speculative-algorithm": "EAGLE3",
+        "--speculative-draft-model-path": "/d",
+        "--speculative-num-steps": "3",
+        "--speculative-eagle-topk": "1",
+        "--speculative-num-draft-tokens": "4",
+        "--context-length": "8192",
+        "--mem-fraction-static": "0.8",
+        "--cuda-graph-max-bs": "8",
+        "--attention-backend": "fa3",
+    }
     parsed = parse_launch(cmd)  # the doctor reads back what we built
-    assert (parsed.algorithm, parsed.tp_size, parsed.num_steps, parsed.topk, parsed.num_draft_tokens) == ("EAGLE3", 2, 3, 1, 4)
+    assert (parsed.algorithm, parsed.tp_size, parsed.num_steps, parsed.topk, parsed.num_draft_tokens) == (
+        "EAGLE3",
+        2,
+        3,
+        1,
+        4,
+    )
     # no draft: no speculative flag at all; a draft alone leaves steps/topk/ndraft to SGLang
     plain = launch_command("m", port=1)
     assert not any(a.startswith("--speculative") for a in plain) and plain[plain.index("--tp-size") + 1] == "1"
@@ -50,14 +77,17 @@ def test_launch_command_flags_and_eagle3_default():
     assert eagle[eagle.index("--speculative-algorithm") + 1] == "EAGLE"  # what the doctor must catch, built faithfully
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(draft="/d", steps=3, topk=1), "missing: num_draft_tokens"),
-    (dict(draft="/d", num_draft_tokens=4), "missing: steps, topk"),
-    (dict(steps=3, topk=1, num_draft_tokens=4), "without a draft"),
-    (dict(draft="/d", steps=0, topk=1, num_draft_tokens=1), ">= 1"),
-    (dict(tp=0), "tp must be >= 1"),
-    (dict(mem_fraction=1.5), "mem_fraction"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(draft="/d", steps=3, topk=1), "missing: num_draft_tokens"),
+        (dict(draft="/d", num_draft_tokens=4), "missing: steps, topk"),
+        (dict(steps=3, topk=1, num_draft_tokens=4), "without a draft"),
+        (dict(draft="/d", steps=0, topk=1, num_draft_tokens=1), ">= 1"),
+        (dict(tp=0), "tp must be >= 1"),
+        (dict(mem_fraction=1.5), "mem_fraction"),
+    ],
+)
 def test_launch_command_rejects_bad_settings(kwargs, message):
     with pytest.raises(InputError, match=message):
         launch_command("m", port=1, **kwargs)
@@ -68,11 +98,19 @@ def project_draft(tmp_path_factory):
     """A tiny random draft in the project's export format, with its target's config beside it."""
     from transformers import LlamaConfig
 
-    from eagle3lab.draft import DraftConfig, Eagle3Draft, save_draft
+    from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
 
     root = tmp_path_factory.mktemp("drafted")
-    tcfg = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
-                       num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True)
+    tcfg = LlamaConfig(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
     tcfg.save_pretrained(root / "target")
     torch.manual_seed(0)
     model = Eagle3Draft(DraftConfig.from_target(tcfg, draft_vocab_size=100))
@@ -85,8 +123,18 @@ def test_doctor_passes_our_command_and_flags_eagle(project_draft):
     good = launch_command(str(target), port=30000, draft=draft, steps=3, topk=1, num_draft_tokens=4, context_length=256)
     report = diagnose(launch=good)
     assert report.exit_code == 0, report.render()
-    bad = diagnose(launch=launch_command(str(target), port=30000, draft=draft, algorithm="EAGLE", steps=3, topk=1,
-                                         num_draft_tokens=4, context_length=256))
+    bad = diagnose(
+        launch=launch_command(
+            str(target),
+            port=30000,
+            draft=draft,
+            algorithm="EAGLE",
+            steps=3,
+            topk=1,
+            num_draft_tokens=4,
+            context_length=256,
+        )
+    )
     assert bad.exit_code == 1 and any(f.check == "algorithm" and f.severity == ERROR for f in bad.findings)
 
 
@@ -127,6 +175,7 @@ def test_cli_launch_command_and_bad_profile(tmp_path, capsys):
 
 def recorded_sglang(answers: dict[str, str], seen: list):
     """A MockTransport answering /generate with recorded payloads, chosen by the prompt text."""
+
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path != "/generate":
             return httpx.Response(404, json={"detail": "Not Found"})
@@ -134,42 +183,70 @@ def recorded_sglang(answers: dict[str, str], seen: list):
         seen.append(body)
         key = body.get("text") or str(body.get("input_ids"))
         return httpx.Response(200, json=fixture(answers[key]))
+
     return httpx.MockTransport(handler)
 
 
 def test_accept_length_is_completion_over_verify():
     seen = []
-    transport = recorded_sglang({"a": "generate_eagle3.json", "b": "generate_eagle_bypassed.json",
-                                 "[1, 2, 3]": "generate_eagle3.json"}, seen)
-    prompts = [{"id": "p1", "set": "mtbench", "text": "a"}, {"id": "p2", "set": "mtbench", "text": "b"},
-               {"id": "p3", "set": "gsm8k", "input_ids": [1, 2, 3]}]
-    result = bench_server("http://sglang.test:30000", prompts, 64, concurrency=2, config="2,3,1,4", draft="/d",
-                          transport=transport)
+    transport = recorded_sglang(
+        {"a": "generate_eagle3.json", "b": "generate_eagle_bypassed.json", "[1, 2, 3]": "generate_eagle3.json"}, seen
+    )
+    prompts = [
+        {"id": "p1", "set": "mtbench", "text": "a"},
+        {"id": "p2", "set": "mtbench", "text": "b"},
+        {"id": "p3", "set": "gsm8k", "input_ids": [1, 2, 3]},
+    ]
+    result = bench_server(
+        "http://sglang.test:30000", prompts, 64, concurrency=2, config="2,3,1,4", draft="/d", transport=transport
+    )
     assert {b["sampling_params"]["max_new_tokens"] for b in seen} == {64}
     assert {b["sampling_params"]["temperature"] for b in seen} == {0.0}
-    assert [b for b in seen if "input_ids" in b] == [{"input_ids": [1, 2, 3],
-                                                      "sampling_params": {"temperature": 0.0, "max_new_tokens": 64}}]
+    assert [b for b in seen if "input_ids" in b] == [
+        {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0.0, "max_new_tokens": 64}}
+    ]
     rows = {r["set"]: r for r in result["rows"]}
     assert rows["mtbench"]["accept_length"] == pytest.approx((64 + 64) / (30 + 64))
     assert rows["mtbench"]["verify_count"] == 94 and rows["mtbench"]["completion_tokens"] == 128
     assert rows["gsm8k"]["accept_length"] == pytest.approx(64 / 30)
-    assert rows["gsm8k"]["accept_length"] == pytest.approx(fixture("generate_eagle3.json")["meta_info"]["spec_accept_length"], abs=1e-3)
+    assert rows["gsm8k"]["accept_length"] == pytest.approx(
+        fixture("generate_eagle3.json")["meta_info"]["spec_accept_length"], abs=1e-3
+    )
     assert result["meta"]["api"] == "generate" and rows["mtbench"]["config"] == "2,3,1,4"
-    # the same columns as eagle3lab.bench rows, so both engines go in one table
-    bench_keys = {"set", "system", "config", "draft", "mode", "prompts", "completion_tokens", "seconds", "tokens_per_s",
-                  "accept_length", "sglang_accept_length", "verify_count", "speedup_vs_baseline",
-                  "speedup_vs_hf_generate", "identical_rate", "divergences", "position_acceptance", "time_split"}
+    # the same columns as eagle3lab.benchmark.run rows, so both engines go in one table
+    bench_keys = {
+        "set",
+        "system",
+        "config",
+        "draft",
+        "mode",
+        "prompts",
+        "completion_tokens",
+        "seconds",
+        "tokens_per_s",
+        "accept_length",
+        "sglang_accept_length",
+        "verify_count",
+        "speedup_vs_baseline",
+        "speedup_vs_hf_generate",
+        "identical_rate",
+        "divergences",
+        "position_acceptance",
+        "time_split",
+    }
     assert bench_keys <= set(rows["gsm8k"])
     assert [p["accept_length"] for p in result["per_prompt"] if p["id"] == "p1"] == [pytest.approx(64 / 30)]
 
 
 def test_no_spec_verify_ct_means_speculation_off_not_one():
-    result = bench_server("http://sglang.test", [{"text": "a"}], 64,
-                          transport=recorded_sglang({"a": "generate_no_spec.json"}, []))
+    result = bench_server(
+        "http://sglang.test", [{"text": "a"}], 64, transport=recorded_sglang({"a": "generate_no_spec.json"}, [])
+    )
     [row] = result["rows"]
     assert row["accept_length"] is None and row["verify_count"] is None and row["completion_tokens"] == 64
-    bypassed = bench_server("http://sglang.test", [{"text": "a"}], 64,
-                            transport=recorded_sglang({"a": "generate_eagle_bypassed.json"}, []))
+    bypassed = bench_server(
+        "http://sglang.test", [{"text": "a"}], 64, transport=recorded_sglang({"a": "generate_eagle_bypassed.json"}, [])
+    )
     assert bypassed["rows"][0]["accept_length"] == 1.0  # speculating, nothing accepted: a different finding
 
 
@@ -185,15 +262,20 @@ def test_chat_fallback_when_generate_is_absent():
         return httpx.Response(404, json={"detail": "Not Found"})
 
     tok = type("Tok", (), {"apply_chat_template": lambda self, m, **kw: "<|user|>" + m[0]["content"]})()
-    result = bench_server("http://x", ["hi", "hi"], 64, model="m", tokenizer=tok, transport=httpx.MockTransport(handler))
+    result = bench_server(
+        "http://x", ["hi", "hi"], 64, model="m", tokenizer=tok, transport=httpx.MockTransport(handler)
+    )
     assert seen == ["/generate", "/v1/chat/completions", "/v1/chat/completions"]  # /generate probed once
     [row] = result["rows"]
     assert row["api"] == "chat" and row["completion_tokens"] == 128 and row["accept_length"] is None
 
 
 def test_add_speedups_by_set_and_batch():
-    rows = [{"set": "s", "config": "1,0,0,0", "tokens_per_s": 100.0}, {"set": "s", "config": "1,3,1,4", "tokens_per_s": 210.0},
-            {"set": "s", "config": "4,3,1,4", "tokens_per_s": 300.0}]
+    rows = [
+        {"set": "s", "config": "1,0,0,0", "tokens_per_s": 100.0},
+        {"set": "s", "config": "1,3,1,4", "tokens_per_s": 210.0},
+        {"set": "s", "config": "4,3,1,4", "tokens_per_s": 300.0},
+    ]
     sglang.add_speedups(rows)
     assert [r["speedup_vs_baseline"] for r in rows] == [1.0, 2.1, None]
 
@@ -203,10 +285,21 @@ def test_add_speedups_by_set_and_batch():
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    path = save_tiny_chat_model(tmp_path_factory.mktemp("served") / "tiny", vocab_size=49152, hidden_size=32,
-                                intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                                max_position_embeddings=320, bos_token_id=1, eos_token_id=2, pad_token_id=2,
-                                tie_word_embeddings=False, initializer_range=0.3)
+    path = save_tiny_chat_model(
+        tmp_path_factory.mktemp("served") / "tiny",
+        vocab_size=49152,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=320,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        tie_word_embeddings=False,
+        initializer_range=0.3,
+    )
     return str(path)
 
 
@@ -218,8 +311,12 @@ def test_start_server_waits_for_health_benches_and_stops(tiny_model, tmp_path):
     with start_server(cmd, url, timeout=240, log_path=tmp_path / "serve.log") as server:
         assert server.process.poll() is None
         assert httpx.get(url + "/health", timeout=5).status_code == 200
-        result = bench_server(url, [{"id": "q", "set": "mtbench", "messages": [{"role": "user", "content": "Hello"}]}],
-                              8, model=tiny_model)
+        result = bench_server(
+            url,
+            [{"id": "q", "set": "mtbench", "messages": [{"role": "user", "content": "Hello"}]}],
+            8,
+            model=tiny_model,
+        )
     assert server.process.poll() is not None  # stopped, with its whole process group
     with pytest.raises(httpx.TransportError):
         httpx.get(url + "/health", timeout=2)
@@ -248,13 +345,21 @@ def _alive(pid: int) -> bool:
 
 def test_start_server_times_out_and_kills_the_process_group(tmp_path):
     # like SGLang, the server forks a worker: the worker must die with it
-    script = ("import os, subprocess, sys, time; "
-              "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-              "print('pids', os.getpid(), w.pid, flush=True); print('still loading', flush=True); time.sleep(600)")
+    script = (
+        "import os, subprocess, sys, time; "
+        "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        "print('pids', os.getpid(), w.pid, flush=True); print('still loading', flush=True); time.sleep(600)"
+    )
     log = tmp_path / "y.log"
     with pytest.raises(ServerError, match="did not answer .* within 6 s(.|\n)*still loading"):
-        with start_server([sys.executable, "-c", script], f"http://127.0.0.1:{free_port()}", timeout=6.0, poll=0.2,
-                          log_path=log, stop_grace=5):
+        with start_server(
+            [sys.executable, "-c", script],
+            f"http://127.0.0.1:{free_port()}",
+            timeout=6.0,
+            poll=0.2,
+            log_path=log,
+            stop_grace=5,
+        ):
             pass
     pids = [int(x) for x in log.read_text().split("pids", 1)[1].split()[:2]]
     deadline = time.monotonic() + 10

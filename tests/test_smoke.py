@@ -5,7 +5,8 @@ import json
 import pytest
 import yaml
 
-from eagle3lab import paths, report, smoke
+from eagle3lab import paths
+from eagle3lab.pipeline import report, smoke
 
 
 def test_smoke_params_have_the_same_keys_as_the_reference_params():

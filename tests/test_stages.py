@@ -4,7 +4,8 @@ import nbformat
 import pytest
 import yaml
 
-from eagle3lab import paths, stages
+from eagle3lab import paths
+from eagle3lab.pipeline import stages
 
 
 def make_notebook(path, params_src, body_src):
@@ -20,10 +21,16 @@ def make_notebook(path, params_src, body_src):
 def repo(tmp_path, monkeypatch):
     (tmp_path / "notebooks").mkdir()
     for name in ("ROOT", "NOTEBOOKS", "REPORTS", "PARAMS"):
-        monkeypatch.setattr(paths, name, tmp_path / {"ROOT": "", "NOTEBOOKS": "notebooks", "REPORTS": "reports",
-                                                     "PARAMS": "params.yaml"}[name])
-    make_notebook(tmp_path / "notebooks" / "07_echo.ipynb", "target = 'x'\nsize = 1\n",
-                  "import json, os\njson.dump({'target': target, 'size': size, 'cwd': os.getcwd()}, open('echo.json', 'w'))")
+        monkeypatch.setattr(
+            paths,
+            name,
+            tmp_path / {"ROOT": "", "NOTEBOOKS": "notebooks", "REPORTS": "reports", "PARAMS": "params.yaml"}[name],
+        )
+    make_notebook(
+        tmp_path / "notebooks" / "07_echo.ipynb",
+        "target = 'x'\nsize = 1\n",
+        "import json, os\njson.dump({'target': target, 'size': size, 'cwd': os.getcwd()}, open('echo.json', 'w'))",
+    )
     return tmp_path
 
 
@@ -93,15 +100,18 @@ def test_code_deps_follow_imports_inside_functions(tmp_path, monkeypatch):
     package = tmp_path / "src" / "eagle3lab"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "stages.py").write_text("from .io import x\n")
+    (package / "stages.py").write_text("from eagle3lab.io import x\n")
     (package / "io.py").write_text("x = 1\n")
     (package / "a.py").write_text("def f():\n    from .b import g\n    return g\n")
-    (package / "b.py").write_text("from pathlib import Path\nTABLE = Path(__file__).with_name('t.yaml')\n"
-                                  "EXE = Path(__file__).with_name(\"absent\")\n")
+    (package / "b.py").write_text(
+        "from pathlib import Path\nTABLE = Path(__file__).with_name('t.yaml')\n"
+        'EXE = Path(__file__).with_name("absent")\n'
+    )
     (package / "t.yaml").write_text("")
     (package / "unused.py").write_text("")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%matplotlib inline\nfrom eagle3lab import a")])
     nbformat.write(nb, tmp_path / "01_x.ipynb")
     monkeypatch.setattr(paths, "ROOT", tmp_path)
     assert stages.code_deps(tmp_path / "01_x.ipynb", package) == [
-        f"src/eagle3lab/{f}" for f in ["__init__.py", "a.py", "b.py", "io.py", "stages.py", "t.yaml"]]
+        f"src/eagle3lab/{f}" for f in ["__init__.py", "a.py", "b.py", "io.py", "stages.py", "t.yaml"]
+    ]

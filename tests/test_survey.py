@@ -3,20 +3,33 @@ import random
 import pytest
 import torch
 
-from eagle3lab import survey
-from eagle3lab.data import Record
+from eagle3lab.data import survey
+from eagle3lab.data.sources import Record
 
 
 def _rec(i, turns, source="hand", reference=None):
-    return Record(id=f"{source}/{i}", source=source, category="chat",
-                  conversations=[{"role": r, "content": c} for r, c in turns], reference=reference)
+    return Record(
+        id=f"{source}/{i}",
+        source=source,
+        category="chat",
+        conversations=[{"role": r, "content": c} for r, c in turns],
+        reference=reference,
+    )
 
 
 HAND = [
     _rec(0, [("user", "Hello there"), ("assistant", "Hi! How can I help?")]),
     _rec(1, [("user", "hello   THERE"), ("assistant", "Hi! How can I help?")]),  # duplicate after normalization
-    _rec(2, [("assistant", "Welcome back."), ("user", "Tell me a joke"), ("assistant", "Why did the chicken cross?"),
-             ("user", "Another"), ("assistant", "")]),  # starts with the assistant, one empty answer
+    _rec(
+        2,
+        [
+            ("assistant", "Welcome back."),
+            ("user", "Tell me a joke"),
+            ("assistant", "Why did the chicken cross?"),
+            ("user", "Another"),
+            ("assistant", ""),
+        ],
+    ),  # starts with the assistant, one empty answer
     _rec(3, [("user", "Hello there"), ("assistant", "Go away")]),  # same prompt, different answer
 ]
 
@@ -52,8 +65,12 @@ def test_tokens_per_prompt_brackets(smollm2):
     low, high = survey.tokens_per_prompt(inv, max_new_tokens=4, max_turns=2)
     # high: every answer to the first 2 user turns runs to the cap; low: source lengths capped at 4
     assert high == pytest.approx((4 + 4 + 8 + 4) / 4)
-    lows = [min(inv.per_record_responses[0][0], 4), min(inv.per_record_responses[1][0], 4),
-            min(inv.per_record_responses[2][0], 4) + 4, min(inv.per_record_responses[3][0], 4)]
+    lows = [
+        min(inv.per_record_responses[0][0], 4),
+        min(inv.per_record_responses[1][0], 4),
+        min(inv.per_record_responses[2][0], 4) + 4,
+        min(inv.per_record_responses[3][0], 4),
+    ]
     assert low == pytest.approx(sum(lows) / 4)
 
 
@@ -68,9 +85,13 @@ def test_projection_reproduces_the_seeds_figure():
 
 def test_encode_for_scoring_masks_only_the_answers(smollm2):
     tok = smollm2.tokenizer
-    turns = [{"role": "assistant", "content": "orphan"}, {"role": "user", "content": "Hi"},
-             {"role": "assistant", "content": "Hello friend"}, {"role": "user", "content": "Bye"},
-             {"role": "assistant", "content": "Goodbye"}]
+    turns = [
+        {"role": "assistant", "content": "orphan"},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello friend"},
+        {"role": "user", "content": "Bye"},
+        {"role": "assistant", "content": "Goodbye"},
+    ]
     ids, mask = survey.encode_for_scoring(tok, turns, max_tokens=512)
     masked = tok.decode([t for t, m in zip(ids, mask) if m])
     assert masked == "Hello friend<|im_end|>\nGoodbye<|im_end|>\n"
@@ -99,21 +120,34 @@ def test_token_nll_matches_full_logits(tiny_llama):
 def test_onpolicy_target_samples_beat_shuffled_text(smollm2):
     """Text the target sampled itself must score a lower NLL than the same tokens shuffled."""
     tok, model = smollm2.tokenizer, smollm2.model
-    prompts = ["Give me three tips for staying healthy.", "What is the capital of Japan?",
-               "Explain what a CPU does in two sentences."]
-    texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-             for p in prompts]
+    prompts = [
+        "Give me three tips for staying healthy.",
+        "What is the capital of Japan?",
+        "Explain what a CPU does in two sentences.",
+    ]
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        for p in prompts
+    ]
     tok.padding_side = "left"
     try:
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     finally:
         tok.padding_side = "right"
     torch.manual_seed(0)
-    out = model.generate(**enc, max_new_tokens=24, min_new_tokens=24, do_sample=True, temperature=1.0, top_p=1.0,
-                         top_k=0, pad_token_id=tok.pad_token_id)
+    out = model.generate(
+        **enc,
+        max_new_tokens=24,
+        min_new_tokens=24,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        pad_token_id=tok.pad_token_id,
+    )
     own, shuffled = [], []
     for i, p in enumerate(prompts):
-        answer = tok.decode(out[i, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        answer = tok.decode(out[i, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         words = answer.split()
         random.Random(i).shuffle(words)
         own.append(_rec(i, [("user", p), ("assistant", answer)], source="own"))
@@ -122,7 +156,7 @@ def test_onpolicy_target_samples_beat_shuffled_text(smollm2):
     s_shuf = survey.onpolicy_score(model, tok, shuffled, samples=3, batch_size=2, progress=False, bootstrap=200)
     assert s_own.n_records == 3 and s_own.ci_low <= s_own.nll <= s_own.ci_high
     assert s_own.nll + 1.0 < s_shuf.nll
-    assert s_own.row()["perplexity"] == pytest.approx(2.718281828 ** s_own.nll, rel=1e-2)
+    assert s_own.row()["perplexity"] == pytest.approx(2.718281828**s_own.nll, rel=1e-2)
 
 
 def test_onpolicy_skips_unscorable_records_and_errors_when_none(tiny_llama, smollm2):

@@ -1,16 +1,20 @@
 import pytest
 import torch
 
-from eagle3lab import target as target_mod
-from eagle3lab.target import TargetError, aux_hidden_indices, forward_with_aux, load_target
+from eagle3lab.models import target as target_mod
+from eagle3lab.models.target import TargetError, aux_hidden_indices, forward_with_aux, load_target
 
 
 def test_smollm2_answers_a_factual_question(smollm2):
     tok = smollm2.tokenizer
-    enc = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                  add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    enc = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     out = smollm2.model.generate(**enc, max_new_tokens=16, do_sample=False)
-    answer = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    answer = tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer
     assert (smollm2.num_layers, smollm2.hidden_size, smollm2.vocab_size) == (30, 576, 49152)
 
@@ -63,11 +67,13 @@ def test_offline_hub_id_says_what_to_do(monkeypatch):
 
 
 def test_local_folder_target_loads(tmp_path, tiny_llama):
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
 
     tiny_llama.save_pretrained(tmp_path)
-    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))).save_pretrained(tmp_path)
+    PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    ).save_pretrained(tmp_path)
     t = load_target(str(tmp_path))
     assert t.num_layers == 6 and not any(p.requires_grad for p in t.model.parameters())
 

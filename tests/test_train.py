@@ -9,12 +9,11 @@ import sys
 import pytest
 import torch
 
-from eagle3lab.draft import load_draft
 from eagle3lab.io import read_jsonl
-from eagle3lab.train import STEP_DECAY, TrainConfig, TrainingError, main, make_batches, train_draft, ttt_loss
+from eagle3lab.models.draft import load_draft
+from eagle3lab.train.loop import STEP_DECAY, TrainConfig, TrainingError, main, make_batches, train_draft, ttt_loss
 from test_draft import make_draft
 from test_features import save_tiny_target, write_conversations
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -33,9 +32,23 @@ def setup(tmp_path_factory):
 
 
 def config(setup, name, **kw):
-    base = dict(data=setup["train"], val=setup["val"], target=setup["target"], output=str(setup["root"] / name),
-                features_cache=setup["cache"], draft_vocab_size=128, ttt_length=3, max_steps=6, batch_tokens=600,
-                max_len=160, eval_every=3, checkpoint_every=2, lr=1e-3, epochs=3, progress=False)
+    base = dict(
+        data=setup["train"],
+        val=setup["val"],
+        target=setup["target"],
+        output=str(setup["root"] / name),
+        features_cache=setup["cache"],
+        draft_vocab_size=128,
+        ttt_length=3,
+        max_steps=6,
+        batch_tokens=600,
+        max_len=160,
+        eval_every=3,
+        checkpoint_every=2,
+        lr=1e-3,
+        epochs=3,
+        progress=False,
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -118,7 +131,10 @@ def test_train_resume_equals_uninterrupted_and_exports(setup):
     assert resumed["param_checksums"] == full["param_checksums"]
 
     def rows(name):
-        return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in read_jsonl(setup["root"] / name / "metrics.jsonl")]
+        return [
+            {k: v for k, v in r.items() if k != "tokens_per_s"}
+            for r in read_jsonl(setup["root"] / name / "metrics.jsonl")
+        ]
 
     assert rows("killed") == rows("full")
     assert [r["step"] for r in rows("full") if r["split"] == "val"] == [3, 6]
@@ -137,7 +153,7 @@ def test_train_resume_equals_uninterrupted_and_exports(setup):
 
 
 def test_head_starts_fresh_unless_copied_from_the_target(setup):
-    from eagle3lab.target import load_target
+    from eagle3lab.models.target import load_target
 
     target_head = load_target(setup["target"]).model.get_output_embeddings().weight
     one_step = dict(max_steps=1, eval_every=10, lr=1e-12)  # the exported head is the initial one
@@ -163,9 +179,30 @@ def test_non_finite_loss_stops_with_step_and_batch(setup):
 
 def test_cli_online_mode_and_bad_input(setup, capsys):
     out = setup["root"] / "online"
-    rc = main(["--data", setup["train"], "--target", setup["target"], "--output", str(out), "--online",
-               "--draft-vocab-size", "128", "--ttt-length", "2", "--max-steps", "2", "--batch-tokens", "600",
-               "--max-len", "160", "--epochs", "2", "--no-progress"])
+    rc = main(
+        [
+            "--data",
+            setup["train"],
+            "--target",
+            setup["target"],
+            "--output",
+            str(out),
+            "--online",
+            "--draft-vocab-size",
+            "128",
+            "--ttt-length",
+            "2",
+            "--max-steps",
+            "2",
+            "--batch-tokens",
+            "600",
+            "--max-len",
+            "160",
+            "--epochs",
+            "2",
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     result = json.loads((out / "result.json").read_text())
     assert result["steps"] == 2 and result["features_cache"] == {} and result["config"]["online"]
@@ -177,10 +214,35 @@ def test_cli_online_mode_and_bad_input(setup, capsys):
 def test_ddp_two_processes_agree(setup):
     out = setup["root"] / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "eagle3lab.train",
-           "--data", setup["train"], "--target", setup["target"], "--output", str(out), "--features-cache", setup["cache"],
-           "--draft-vocab-size", "128", "--ttt-length", "2", "--max-steps", "3", "--batch-tokens", "400", "--max-len", "160",
-           "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "eagle3lab.train.loop",
+        "--data",
+        setup["train"],
+        "--target",
+        setup["target"],
+        "--output",
+        str(out),
+        "--features-cache",
+        setup["cache"],
+        "--draft-vocab-size",
+        "128",
+        "--ttt-length",
+        "2",
+        "--max-steps",
+        "3",
+        "--batch-tokens",
+        "400",
+        "--max-len",
+        "160",
+        "--no-progress",
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "result.json").read_text())

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from eagle3lab.vocab import build_vocab, count_tokens
+from eagle3lab.models.vocab import build_vocab, count_tokens
 
 
 def test_counts_only_loss_positions():

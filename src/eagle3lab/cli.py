@@ -7,14 +7,26 @@ import sys
 
 # command -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS = {
-    "data": ("eagle3lab.fetch", "main", "fetch and verify the pinned raw data archives into data/"),
-    "regen": ("eagle3lab.regen", "main", "regenerate responses with the target (local or OpenAI-compatible server)"),
-    "monitor": ("eagle3lab.monitor", "main", "show progress of a regeneration run from its files"),
-    "train": ("eagle3lab.train", "main", "train an EAGLE-3 draft"),
-    "bench": ("eagle3lab.bench", "main", "benchmark drafts against the baseline and peers"),
-    "doctor": ("eagle3lab.doctor", "main", "check an SGLang launch line, a draft and a server for a bypassed draft"),
-    "stage": ("eagle3lab.stages", "main", "run one pipeline stage notebook through papermill"),
-    "sglang": ("eagle3lab.sglang", "main", "build SGLang launch lines from a params profile and benchmark a server"),
+    "data": ("eagle3lab.data.fetch", "main", "fetch and verify the pinned raw data archives into data/"),
+    "regen": (
+        "eagle3lab.regen.run",
+        "main",
+        "regenerate responses with the target (local or OpenAI-compatible server)",
+    ),
+    "monitor": ("eagle3lab.regen.monitor", "main", "show progress of a regeneration run from its files"),
+    "train": ("eagle3lab.train.loop", "main", "train an EAGLE-3 draft"),
+    "bench": ("eagle3lab.benchmark.run", "main", "benchmark drafts against the baseline and peers"),
+    "doctor": (
+        "eagle3lab.doctor.core",
+        "main",
+        "check an SGLang launch line, a draft and a server for a bypassed draft",
+    ),
+    "stage": ("eagle3lab.pipeline.stages", "main", "run one pipeline stage notebook through papermill"),
+    "sglang": (
+        "eagle3lab.serving.sglang",
+        "main",
+        "build SGLang launch lines from a params profile and benchmark a server",
+    ),
 }
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 class InputError(ValueError):
@@ -45,11 +47,10 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 def write_jsonl(path: str | os.PathLike, rows) -> int:
     n = 0
-    with atomic_path(path) as tmp:
-        with open(tmp, "w") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                n += 1
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
     return n
 
 
@@ -83,5 +84,16 @@ def require(record: dict, field: str, where: str, kind: type | tuple = object) -
         raise InputError(f"{where}: missing field '{field}'")
     value = record[field]
     if not isinstance(value, kind):
-        raise InputError(f"{where}: field '{field}' should be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+        raise InputError(
+            f"{where}: field '{field}' should be {getattr(kind, '__name__', kind)}, got {type(value).__name__}"
+        )
     return value
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,1 @@
+"""Measurement: the local benchmark, forward costs and the scaling fit."""

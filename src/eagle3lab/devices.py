@@ -1,0 +1,71 @@
+"""One device setting for every command and stage: `auto` (CUDA when present, else the CPU), `cpu`, `cuda`, `cuda:N`.
+
+Everything that takes a model also takes a device through this module, so the rule for `auto` (and for which
+GPU a torchrun rank uses) lives in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+
+import torch
+
+DEVICE_HELP = "auto (CUDA when present, else CPU), cpu, cuda or cuda:N"
+
+
+class DeviceError(ValueError):
+    pass
+
+
+def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
+    """The torch.device for a setting. Under torchrun, `auto`/`cuda` mean this rank's own GPU (LOCAL_RANK)."""
+    if isinstance(spec, torch.device):
+        return spec
+    text = (spec or "auto").strip().lower()
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", text):
+        raise DeviceError(f"device {spec!r}: expected {DEVICE_HELP}")
+    if text == "cpu" or (text == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise DeviceError(f"device {spec!r}: CUDA is not available on this machine (torch {torch.__version__})")
+    if text in ("auto", "cuda"):
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+    index = int(text.split(":")[1])
+    if index >= torch.cuda.device_count():
+        raise DeviceError(f"device {spec!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return torch.device(text)
+
+
+def add_device_argument(parser) -> None:
+    parser.add_argument("--device", default="auto", help=f"where models run: {DEVICE_HELP} (default auto)")
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for queued GPU work, so a wall-clock reading covers it (a no-op on the CPU)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def clock(device: torch.device | str) -> float:
+    """perf_counter() after the device's queued work is done: the only honest timer for GPU code."""
+    synchronize(device)
+    return time.perf_counter()
+
+
+def autocast(device: torch.device | str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Mixed precision by device type (bf16/fp16 on CUDA or CPU); a null context for fp32 or None."""
+    device = torch.device(device)
+    if dtype is None or dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def seeded_generator(device: torch.device | str, seed: int) -> torch.Generator:
+    """A seeded torch.Generator on `device` (sampling on the GPU needs a generator of the same device)."""
+    generator = torch.Generator(device=torch.device(device))
+    generator.manual_seed(seed)
+    return generator

@@ -1,0 +1,1 @@
+"""The pipeline: stage runner, report, smoke run and shared plots."""

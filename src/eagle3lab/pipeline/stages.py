@@ -1,0 +1,211 @@
+"""Run one pipeline stage: notebooks/NN_NAME.ipynb through papermill with params.yaml's `common` section plus
+section NAME, working directory the repository root, output reports/NN_NAME.ipynb.
+
+Papermill only warns about a parameter the notebook does not declare; here any mismatch between the params
+section and the notebook's `parameters` cell is an error naming the stage and the key, raised before running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+from eagle3lab import paths
+from eagle3lab.io import atomic_path
+
+SHARED_SECTION = "common"
+
+
+class StageError(RuntimeError):
+    pass
+
+
+def notebook_for(stage: str, notebooks: Path | None = None) -> Path:
+    notebooks = notebooks or paths.NOTEBOOKS
+    found = sorted(notebooks.glob(f"[0-9][0-9]_{stage}.ipynb"))
+    if not found:
+        known = sorted(p.stem.split("_", 1)[1] for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
+        raise StageError(f"no notebook for stage '{stage}' in {notebooks} (known stages: {', '.join(known)})")
+    return found[0]
+
+
+def declared_parameters(notebook: Path) -> dict[str, object]:
+    """Names (and literal defaults) assigned in the notebook's cell tagged `parameters`."""
+    nb = nbformat.read(notebook, as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
+    if not cells:
+        raise StageError(
+            f"{notebook}: no cell tagged 'parameters'; tag the cell that holds the defaults (View > Cell tags)"
+        )
+    names: dict[str, object] = {}
+    for node in ast.parse(cells[0].source).body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        for t in targets:
+            if isinstance(t, ast.Name):
+                try:
+                    names[t.id] = ast.literal_eval(node.value) if node.value is not None else None
+                except ValueError:
+                    names[t.id] = None
+    return names
+
+
+def load_params(params_file: Path | None = None) -> dict:
+    params_file = params_file or paths.PARAMS
+    try:
+        params = yaml.safe_load(Path(params_file).read_text()) or {}
+    except yaml.YAMLError as e:
+        raise StageError(f"{params_file}: not valid YAML: {e}") from None
+    if not isinstance(params, dict):
+        raise StageError(f"{params_file}: expected a mapping of sections")
+    return params
+
+
+def stage_parameters(stage: str, notebook: Path, params: dict, params_file: Path) -> dict:
+    """The parameters papermill receives: every key of section `stage`, plus the shared keys the notebook declares."""
+    if stage not in params:
+        raise StageError(f"{params_file}: no section '{stage}' for stage '{stage}'")
+    section = params[stage] or {}
+    shared = params.get(SHARED_SECTION) or {}
+    declared = declared_parameters(notebook)
+    unknown = [k for k in section if k not in declared]
+    if unknown:
+        raise StageError(
+            f"stage '{stage}': params key(s) {unknown} in {params_file} section '{stage}' are not parameters of "
+            f"{notebook.name} (it declares: {', '.join(declared)})"
+        )
+    overlap = [k for k in section if k in shared]
+    if overlap:
+        raise StageError(f"stage '{stage}': key(s) {overlap} are both in section '{stage}' and in '{SHARED_SECTION}'")
+    values = {k: v for k, v in shared.items() if k in declared} | dict(section)
+    missing = [k for k in declared if k not in values]
+    if missing:
+        raise StageError(
+            f"stage '{stage}': {notebook.name} needs parameter(s) {missing} that {params_file} does not set "
+            f"(add them to section '{stage}' or '{SHARED_SECTION}')"
+        )
+    return values
+
+
+def _module_file(package: Path, module: str) -> Path | None:
+    """The file of dotted `module` (relative to the package): a module, or a sub-package's __init__.py."""
+    base = package.joinpath(*module.split(".")) if module else package
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def _package_imports(source: str, package: Path, current: str = "") -> set[str]:
+    """Dotted modules of this package (relative to it) that `source` imports anywhere, function-level imports
+    included; `current` is the importing module's own sub-package, for relative imports."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = current.split(".") if current else []
+                base = ".".join(parts[: len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
+            elif (node.module or "").split(".")[0] == package.name:
+                base = node.module.removeprefix(package.name).lstrip(".")
+            else:
+                continue
+            found.add(base)
+            found.update(f"{base}.{a.name}".lstrip(".") for a in node.names)  # `from pkg import module`
+        elif isinstance(node, ast.Import):
+            found.update(
+                a.name.removeprefix(package.name + ".") for a in node.names if a.name.startswith(package.name + ".")
+            )
+    return {m for m in found if m and _module_file(package, m)}
+
+
+def _with_parents(module: str) -> list[str]:
+    """Importing a.b.c runs a/__init__.py and a/b/__init__.py first."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def code_deps(notebook: Path, package: Path | None = None) -> list[str]:
+    """The package files a stage runs: the modules its notebook imports, transitively (with their sub-packages'
+    __init__.py), the stage runner, and the files those modules read beside themselves
+    (`Path(__file__).with_name(...)`). dvc.yaml lists exactly these (a test checks it), so editing one module
+    reruns only the stages that use it."""
+    package = package or paths.ROOT / "src" / "eagle3lab"
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    code = "\n".join(
+        line
+        for c in cells
+        if c["cell_type"] == "code"
+        for line in "".join(c["source"]).splitlines()
+        if not line.lstrip().startswith(("%", "!"))
+    )
+    runner = "pipeline.stages" if _module_file(package, "pipeline.stages") else "stages"
+    todo, files = [*_package_imports(code, package), runner], {package / "__init__.py"}
+    seen: set[str] = set()
+    while todo:
+        module = todo.pop()
+        for m in _with_parents(module):
+            if m in seen:
+                continue
+            seen.add(m)
+            f = _module_file(package, m)
+            files.add(f)
+            text = f.read_text()
+            current = m if f.name == "__init__.py" else m.rpartition(".")[0]
+            todo += _package_imports(text, package, current)
+            named = re.findall(r"""with_name\(["']([^"']+)["']\)""", text)
+            files.update(f.with_name(n) for n in named if f.with_name(n).is_file())
+    return sorted(str(f.relative_to(paths.ROOT)) for f in files)
+
+
+def run_stage(stage: str, params_file: Path | None = None, output: Path | None = None) -> Path:
+    import papermill
+
+    params_file = Path(params_file or paths.PARAMS)
+    notebook = notebook_for(stage)
+    values = stage_parameters(stage, notebook, load_params(params_file), params_file)
+    output = Path(output or paths.REPORTS / notebook.name)
+    with atomic_path(output) as tmp:
+        try:
+            papermill.execute_notebook(
+                str(notebook),
+                str(tmp),
+                parameters=values,
+                cwd=str(paths.ROOT),
+                kernel_name="eagle3lab",
+                progress_bar=False,
+                log_output=False,
+            )
+        except papermill.PapermillExecutionError as e:
+            raise StageError(f"stage '{stage}' failed in cell {e.exec_count}: {e.ename}: {e.evalue}") from None
+    return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.stages", description=__doc__.splitlines()[0])
+    parser.add_argument("stage", help="stage name, e.g. dataset_survey (runs notebooks/NN_dataset_survey.ipynb)")
+    parser.add_argument("--params", type=Path, default=None, help="params file (default: params.yaml at the repo root)")
+    parser.add_argument("--output", type=Path, default=None, help="executed notebook (default: reports/NN_NAME.ipynb)")
+    parser.add_argument("--deps", action="store_true", help="print the package files the stage runs (dvc.yaml deps)")
+    args = parser.parse_args(argv)
+    if args.deps:
+        print("\n".join(code_deps(notebook_for(args.stage))))
+        return 0
+    try:
+        out = run_stage(args.stage, args.params, args.output)
+    except StageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"stage '{args.stage}' done: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

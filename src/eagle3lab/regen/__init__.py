@@ -1,0 +1,1 @@
+"""Regeneration: the target answers every prompt, resumable and accounted, locally or through a server."""

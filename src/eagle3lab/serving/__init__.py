@@ -1,0 +1,1 @@
+"""Servers: process lifecycle, the OpenAI/SGLang HTTP client and SGLang launch lines."""
