@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.eagle3lab-installed
 
-.PHONY: setup data model test repro smoke lab clean-venv
+.PHONY: setup data model lint test repro smoke lab clean-venv
 
 setup: $(STAMP)
 
@@ -30,7 +30,12 @@ data: setup
 model: setup
 	$(BIN)/python -c "from eagle3lab.models.target import load_target; load_target()"
 
-test: setup data model
+# ruff: formatting and lint rules live in pyproject.toml ([tool.ruff]); `ruff format . && ruff check --fix .` mends most.
+lint: setup
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/ruff check --quiet .
+
+test: setup data model lint
 	$(BIN)/python -m pytest -q
 
 # Stage commands call `python`: put the project's environment first on PATH.
@@ -41,8 +46,9 @@ repro: setup data model
 smoke: setup data model
 	$(BIN)/python -m eagle3lab.pipeline.smoke
 
+# Rooted at the repository: notebooks/ to run, reports/ (executed notebooks) and figures/ to read.
 lab: setup
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=.
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,5 +1,6 @@
 """Repository invariants: clean notebooks, one environment described twice in step, data provably identical."""
 
+import ast
 import re
 import subprocess
 import sys
@@ -51,3 +52,33 @@ def test_fetched_data_matches_data_dvc():
 def test_readme_results_are_rendered_from_the_committed_metrics():
     readme = ROOT / "README.md"
     assert report.update(readme, report.render()) == readme.read_text(), "run python -m eagle3lab.pipeline.report"
+
+
+def test_notebooks_run_in_dag_order_on_the_project_kernel():
+    stages = list(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
+    notebooks = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    assert [p.stem for p in notebooks] == [f"{i:02d}_{s}" for i, s in enumerate(stages, 1)]
+    for path in notebooks:
+        kernel = nbformat.read(path, as_version=4).metadata.get("kernelspec", {}).get("name")
+        assert kernel == "eagle3lab", f"{path.name}: kernel {kernel!r}; `make setup` installs the 'eagle3lab' kernel"
+
+
+MODULE_LINES, FUNCTION_LINES = 400, 60
+REASON = "# long:"  # on a def line (or the line above it), or in a module's first lines: why it stays long
+
+
+def test_modules_and_functions_stay_small_or_say_why():
+    too_long = []
+    for path in sorted((ROOT / "src" / "eagle3lab").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        where = path.relative_to(ROOT)
+        if len(lines) > MODULE_LINES and not any(REASON in line for line in lines[:10]):
+            too_long.append(f"{where}: {len(lines)} lines")
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                size = node.end_lineno - node.lineno + 1
+                said = any(REASON in lines[i - 1] for i in (first - 1, first, node.lineno) if i >= 1)
+                if size > FUNCTION_LINES and not said:
+                    too_long.append(f"{where}:{node.lineno} {node.name}(): {size} lines")
+    assert not too_long, "split these or give a '# long: reason' comment:\n" + "\n".join(too_long)

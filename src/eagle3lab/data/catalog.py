@@ -46,10 +46,11 @@ class Source:
         return asdict(self)
 
 
+TEXT_FIELDS = ("id", "location", "format", "generator", "license", "why", "loader", "notes")
+
+
 def load_catalog(path: str | Path = CATALOG_PATH) -> list[Source]:
     """Parse and validate the catalog; every problem is reported with the entry and field it concerns."""
-    from eagle3lab.data.formats import FORMATS  # the loader names a catalog entry may use
-
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text())
@@ -61,57 +62,51 @@ def load_catalog(path: str | Path = CATALOG_PATH) -> list[Source]:
     for i, entry in enumerate(doc["sources"]):
         named = isinstance(entry, dict) and entry.get("id")
         where = f"{path}: entry {i}" + (f" ({entry['id']!r})" if named else "")
-        if not isinstance(entry, dict):
-            raise InputError(f"{where}: expected a mapping")
-        for name in FIELDS:
-            if name not in entry:
-                raise InputError(f"{where}: missing field '{name}'")
-            if name != "rank" and (entry[name] is None or str(entry[name]).strip() == ""):
-                raise InputError(f"{where}: field '{name}' is empty (write \"unknown\" when the fact is not known)")
-        unknown = set(entry) - set(FIELDS) - {"notes"}
-        if unknown:
-            raise InputError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {list(FIELDS) + ['notes']}")
-        if entry["category"] not in CATEGORIES:
-            raise InputError(f"{where}: field 'category' is {entry['category']!r}; use one of {list(CATEGORIES)}")
-        size = entry["size"]
-        if not (size == "unknown" or (isinstance(size, int) and not isinstance(size, bool) and size > 0)):
-            raise InputError(f"{where}: field 'size' should be a positive integer or \"unknown\", got {size!r}")
+        _check_entry(entry, where)
         rank = entry["rank"]
-        if entry["category"] == "evaluation":
-            if rank is not None:
-                raise InputError(f"{where}: field 'rank' must be null for an evaluation set (never mixed in)")
-        elif not (isinstance(rank, int) and not isinstance(rank, bool) and rank >= 1):
-            raise InputError(f"{where}: field 'rank' should be a positive integer, got {rank!r}")
-        elif rank in seen_ranks:
+        if rank is not None and rank in seen_ranks:
             raise InputError(f"{where}: field 'rank' {rank} is already used by {seen_ranks[rank]!r}")
-        loader = str(entry["loader"])
-        if not (
-            loader == "auto"
-            or loader in FORMATS
-            or (loader.startswith("packaged:") and loader.split(":", 1)[1] in _packaged_loaders())
-        ):
-            raise InputError(
-                f"{where}: field 'loader' is {loader!r}; use 'auto', one of {sorted(FORMATS)}, "
-                f"or packaged:NAME with NAME in {sorted(_packaged_loaders())}"
-            )
         if entry["id"] in seen_ids:
             raise InputError(f"{where}: duplicate id {entry['id']!r}")
         seen_ids.add(entry["id"])
         if rank is not None:
             seen_ranks[rank] = entry["id"]
-        sources.append(
-            Source(
-                **{
-                    k: (
-                        str(v)
-                        if k in ("id", "location", "format", "generator", "license", "why", "loader", "notes")
-                        else v
-                    )
-                    for k, v in entry.items()
-                }
-            )
-        )
+        sources.append(Source(**{k: str(v) if k in TEXT_FIELDS else v for k, v in entry.items()}))
     return sources
+
+
+def _check_entry(entry, where: str) -> None:
+    """One catalog entry's fields, on their own (uniqueness across entries is load_catalog's)."""
+    from eagle3lab.data.formats import FORMATS  # the loader names a catalog entry may use
+
+    if not isinstance(entry, dict):
+        raise InputError(f"{where}: expected a mapping")
+    for name in FIELDS:
+        if name not in entry:
+            raise InputError(f"{where}: missing field '{name}'")
+        if name != "rank" and (entry[name] is None or str(entry[name]).strip() == ""):
+            raise InputError(f"{where}: field '{name}' is empty (write \"unknown\" when the fact is not known)")
+    unknown = set(entry) - set(FIELDS) - {"notes"}
+    if unknown:
+        raise InputError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {list(FIELDS) + ['notes']}")
+    if entry["category"] not in CATEGORIES:
+        raise InputError(f"{where}: field 'category' is {entry['category']!r}; use one of {list(CATEGORIES)}")
+    size = entry["size"]
+    if not (size == "unknown" or (isinstance(size, int) and not isinstance(size, bool) and size > 0)):
+        raise InputError(f"{where}: field 'size' should be a positive integer or \"unknown\", got {size!r}")
+    rank = entry["rank"]
+    if entry["category"] == "evaluation":
+        if rank is not None:
+            raise InputError(f"{where}: field 'rank' must be null for an evaluation set (never mixed in)")
+    elif not (isinstance(rank, int) and not isinstance(rank, bool) and rank >= 1):
+        raise InputError(f"{where}: field 'rank' should be a positive integer, got {rank!r}")
+    loader = str(entry["loader"])
+    packaged = loader.startswith("packaged:") and loader.split(":", 1)[1] in _packaged_loaders()
+    if not (loader == "auto" or loader in FORMATS or packaged):
+        raise InputError(
+            f"{where}: field 'loader' is {loader!r}; use 'auto', one of {sorted(FORMATS)}, "
+            f"or packaged:NAME with NAME in {sorted(_packaged_loaders())}"
+        )
 
 
 def ranked(sources: list[Source]) -> list[Source]:

@@ -80,78 +80,16 @@ def build_mixture(
     Each source is walked in a seeded random order; a record is taken after cleaning (empty turns and leading
     assistant turns dropped), unless it has no user turn, repeats an already-taken prompt (normalized user turns,
     across sources), or contains an evaluation prompt. Sources that run short are reported, not topped up."""
-    if total < 1:
-        raise InputError(f"mixture total must be at least 1, got {total}")
-    if not 0 <= val_fraction < 1:
-        raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
-    if not quotas:
-        raise InputError("mixture quotas are empty: give at least one source -> fraction")
-    for name, q in quotas.items():
-        if name in EVALUATION_SETS or any(r.category == "evaluation" for r in sources.get(name, [])[:1]):
-            raise InputError(f"mixture quota names evaluation set {name!r}: evaluation sets are never mixed in")
-        if name not in sources:
-            raise InputError(f"mixture quota names unknown source {name!r}; available: {sorted(sources)}")
-        if not isinstance(q, (int, float)) or isinstance(q, bool) or q <= 0:
-            raise InputError(f"mixture quota for {name!r} must be a positive fraction, got {q!r}")
-    if not eval_records:
-        raise InputError("no evaluation records given: the mixture must be checked against the evaluation prompts")
+    _check_request(sources, quotas, total, val_fraction, eval_records)
     index = EvalIndex(eval_records, ngram)
     counts = allocate(quotas, total)
-    taken_keys: set[str] = set()
+    taken_keys: set[str] = set()  # shared across sources: a prompt is taken once, whichever source has it
     selected: list[dict] = []
     per_source = {}
     for name in sorted(quotas):
-        stats = {
-            "quota": counts[name],
-            "fraction": round(quotas[name] / sum(quotas.values()), 4),
-            "available": len(sources[name]),
-            "scanned": 0,
-            "selected": 0,
-            "duplicates": 0,
-            "eval_excluded": 0,
-            "no_prompt": 0,
-            "leading_assistant_turns_dropped": 0,
-            "empty_turns_dropped": 0,
-            "conversations_trimmed": 0,
-            "eval_matches": [],
-        }
-        order = sorted(sources[name], key=lambda r: r.id)
-        random.Random(f"{seed}:{name}").shuffle(order)
-        for rec in order:
-            if stats["selected"] >= counts[name]:
-                break
-            stats["scanned"] += 1
-            turns, leading, empty = clean_turns(rec.conversations)
-            if leading or empty:
-                stats["leading_assistant_turns_dropped"] += leading
-                stats["empty_turns_dropped"] += empty
-                stats["conversations_trimmed"] += 1
-            if not any(t["role"] == "user" for t in turns):
-                stats["no_prompt"] += 1
-                continue
-            key = prompt_key_of(turns)
-            if key in taken_keys:
-                stats["duplicates"] += 1
-                continue
-            hit = next((m for t in turns if t["role"] == "user" for m in [index.match(t["content"])] if m), None)
-            if hit:
-                stats["eval_excluded"] += 1
-                if len(stats["eval_matches"]) < 20:
-                    stats["eval_matches"].append({"source_id": rec.id, "eval_id": hit})
-                continue
-            taken_keys.add(key)
-            selected.append(
-                {
-                    "id": stable_id(name, key),
-                    "source": name,
-                    "category": rec.category,
-                    "source_id": rec.id,
-                    "conversations": turns,
-                }
-            )
-            stats["selected"] += 1
-        stats["shortfall"] = counts[name] - stats["selected"]
-        per_source[name] = stats
+        fraction = round(quotas[name] / sum(quotas.values()), 4)
+        rows, per_source[name] = _draw(name, sources[name], counts[name], fraction, index, taken_keys, seed)
+        selected += rows
     train, val = split(selected, val_fraction, seed)
     summary = {
         "seed": seed,
@@ -167,6 +105,80 @@ def build_mixture(
         "conversations left without a user turn are skipped (no_prompt)",
     }
     return Mixture(train=train, val=val, summary=summary)
+
+
+def _check_request(sources, quotas, total, val_fraction, eval_records) -> None:
+    if total < 1:
+        raise InputError(f"mixture total must be at least 1, got {total}")
+    if not 0 <= val_fraction < 1:
+        raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    if not quotas:
+        raise InputError("mixture quotas are empty: give at least one source -> fraction")
+    for name, q in quotas.items():
+        if name in EVALUATION_SETS or any(r.category == "evaluation" for r in sources.get(name, [])[:1]):
+            raise InputError(f"mixture quota names evaluation set {name!r}: evaluation sets are never mixed in")
+        if name not in sources:
+            raise InputError(f"mixture quota names unknown source {name!r}; available: {sorted(sources)}")
+        if not isinstance(q, (int, float)) or isinstance(q, bool) or q <= 0:
+            raise InputError(f"mixture quota for {name!r} must be a positive fraction, got {q!r}")
+    if not eval_records:
+        raise InputError("no evaluation records given: the mixture must be checked against the evaluation prompts")
+
+
+def _draw(name, records, quota, fraction, index, taken_keys, seed) -> tuple[list[dict], dict]:
+    """Up to `quota` clean, new, evaluation-free conversations of one source, walked in a seeded order."""
+    stats = {
+        "quota": quota,
+        "fraction": fraction,
+        "available": len(records),
+        "scanned": 0,
+        "selected": 0,
+        "duplicates": 0,
+        "eval_excluded": 0,
+        "no_prompt": 0,
+        "leading_assistant_turns_dropped": 0,
+        "empty_turns_dropped": 0,
+        "conversations_trimmed": 0,
+        "eval_matches": [],
+    }
+    order = sorted(records, key=lambda r: r.id)
+    random.Random(f"{seed}:{name}").shuffle(order)
+    rows = []
+    for rec in order:
+        if stats["selected"] >= quota:
+            break
+        stats["scanned"] += 1
+        turns, leading, empty = clean_turns(rec.conversations)
+        if leading or empty:
+            stats["leading_assistant_turns_dropped"] += leading
+            stats["empty_turns_dropped"] += empty
+            stats["conversations_trimmed"] += 1
+        if not any(t["role"] == "user" for t in turns):
+            stats["no_prompt"] += 1
+            continue
+        key = prompt_key_of(turns)
+        if key in taken_keys:
+            stats["duplicates"] += 1
+            continue
+        hit = next((m for t in turns if t["role"] == "user" for m in [index.match(t["content"])] if m), None)
+        if hit:
+            stats["eval_excluded"] += 1
+            if len(stats["eval_matches"]) < 20:
+                stats["eval_matches"].append({"source_id": rec.id, "eval_id": hit})
+            continue
+        taken_keys.add(key)
+        rows.append(
+            {
+                "id": stable_id(name, key),
+                "source": name,
+                "category": rec.category,
+                "source_id": rec.id,
+                "conversations": turns,
+            }
+        )
+        stats["selected"] += 1
+    stats["shortfall"] = quota - stats["selected"]
+    return rows, stats
 
 
 def split(rows: list[dict], val_fraction: float, seed: int) -> tuple[list[dict], list[dict]]:

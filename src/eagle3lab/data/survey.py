@@ -13,6 +13,7 @@ import torch
 
 from eagle3lab.data.formats import clean_turns, normalize_text
 from eagle3lab.data.sources import Record
+from eagle3lab.devices import clock
 
 
 def with_reference(record: Record) -> list[dict]:
@@ -208,9 +209,11 @@ def token_nll(
         input_ids[b, : len(ids)] = torch.tensor(ids)
         attn[b, : len(ids)] = 1
         target_mask[b, 1 : len(ids)] = torch.tensor(mask[1:])
+    device = next(model.parameters()).device
+    input_ids, attn, target_mask = input_ids.to(device), attn.to(device), target_mask.to(device)
     hidden = base(input_ids=input_ids, attention_mask=attn).last_hidden_state
     rows, cols = target_mask.nonzero(as_tuple=True)
-    sums = torch.zeros(len(batch), dtype=torch.float64)
+    sums = torch.zeros(len(batch), dtype=torch.float64, device=device)
     for k in range(0, rows.numel(), chunk):
         r, c = rows[k : k + chunk], cols[k : k + chunk]
         logits = head(hidden[r, c - 1]).float()  # the state at t-1 predicts token t
@@ -298,6 +301,35 @@ def project_regeneration(n_prompts: int, tokens_per_prompt, throughput_tok_s) ->
     }
 
 
+def regeneration_projections(
+    inventories: dict[str, Inventory],
+    quotas: dict[str, float],
+    mixture_total: int,
+    throughput_tok_s: float,
+    *,
+    max_new_tokens: int,
+    max_turns: int,
+) -> list[dict]:
+    """Projected regeneration cost of each training source, for the whole source and for its mixture share."""
+    rows = []
+    for sid, inv in inventories.items():
+        tpp = tokens_per_prompt(inv, max_new_tokens, max_turns)
+        share = round(mixture_total * quotas.get(sid, 0) / sum(quotas.values()))
+        for scope, n in (("whole source", inv.records), ("mixture share", share)):
+            p = project_regeneration(n, tpp, throughput_tok_s)
+            rows.append(
+                {
+                    "source": sid,
+                    "scope": scope,
+                    "prompts": n,
+                    "tokens_per_prompt": tpp,
+                    "tokens": p["tokens"],
+                    "hours": p["hours"],
+                }
+            )
+    return rows
+
+
 def _pair(x) -> tuple[float, float]:
     if isinstance(x, (tuple, list)):
         lo, hi = x
@@ -339,7 +371,9 @@ def measure_throughput(model, tokenizer, prompts: list[str], *, batch_size: int 
     finally:
         tokenizer.padding_side = side
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    start = time.perf_counter()
+    device = next(model.parameters()).device
+    enc = enc.to(device)
+    start = clock(device)
     out = model.generate(**enc, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=pad)
-    elapsed = time.perf_counter() - start
+    elapsed = clock(device) - start
     return (out.shape[1] - enc["input_ids"].shape[1]) * out.shape[0] / elapsed
