@@ -15,8 +15,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lab.doctor.core import ERROR, OK, WARNING, diagnose, main, parse_launch
-from eagle3lab.regen.run import transformers_serve
+from eagle3lab.doctor.cli import main
+from eagle3lab.doctor.diagnosis import diagnose
+from eagle3lab.doctor.findings import ERROR, OK, WARNING
+from eagle3lab.doctor.launch import parse_launch
+from eagle3lab.regen.bench import transformers_serve
 from tiny import save_tiny_chat_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -420,6 +423,11 @@ def test_small_max_position_embeddings(tmp_path, seeds):
         ),
         ("--speculative-num-steps 5 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8", OK, "consistent"),
         ("--speculative-num-steps 2 --speculative-eagle-topk 2 --speculative-num-draft-tokens 9", WARNING, "exceeds"),
+        # the engine's and SGLang's tree bound, 1 + topk + (steps - 1) x topk^2 = 11, not 1 + steps x topk = 7
+        ("--speculative-num-steps 3 --speculative-eagle-topk 2 --speculative-num-draft-tokens 8", OK, "consistent"),
+        ("--speculative-num-steps 3 --speculative-eagle-topk 2 --speculative-num-draft-tokens 11", OK, "consistent"),
+        ("--speculative-num-steps 3 --speculative-eagle-topk 2 --speculative-num-draft-tokens 12", WARNING, "= 11)"),
+        ("--speculative-num-steps 3 --speculative-eagle-topk 2 --speculative-num-draft-tokens 1", WARNING, "no draft"),
         ("--speculative-num-steps 3", ERROR, "all three"),
         ("--speculative-eagle-topk 1 --speculative-num-draft-tokens 4", ERROR, "all three"),
         (
@@ -437,6 +445,9 @@ def test_spec_params(flags, severity, needle):
     if severity != OK:
         fixed = parse_launch(f.fix.splitlines()[-1])
         assert fixed.topk != 1 or fixed.num_draft_tokens == fixed.num_steps + 1
+        if severity == WARNING:  # the corrected command passes the same check
+            [again] = checks(diagnose(launch=f.fix.splitlines()[-1]), "spec_params")
+            assert again.severity == OK, again.title
 
 
 # ---- unreadable inputs become findings --------------------------------------------------------------------------
@@ -447,7 +458,7 @@ def test_unreadable_inputs_are_findings(tmp_path, seeds):
     assert "does not exist" in text(checks(missing, "draft", ERROR))
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert "config.json is missing" in text(checks(diagnose(draft=empty), "draft", ERROR))
+    assert "no config.json" in text(checks(diagnose(draft=empty), "draft", ERROR))
     (empty / "config.json").write_text("{not json")
     assert "unreadable" in text(checks(diagnose(draft=empty), "draft", ERROR))
     (empty / "config.json").write_text("{}")
@@ -607,7 +618,7 @@ def test_unreachable_server_is_a_finding_not_a_traceback(capsys):
     assert code == 1 and "unreachable" in out and "Traceback" not in out
 
 
-# ---- the project's own draft format (eagle3lab.models.draft.save_draft) ------------------------------------------------
+# ---- the project's own draft format (eagle3lab.models.draft.save_draft) ------------------------------------------
 
 
 def test_project_draft_wrong_and_fixed(tmp_path):
@@ -631,7 +642,10 @@ def test_project_draft_wrong_and_fixed(tmp_path):
     model = Eagle3Draft(DraftConfig.from_target(tcfg, draft_vocab_size=100))
     model.set_vocab(torch.arange(100) * 3)
     draft = save_draft(model, tmp_path / "draft")
-    wrong = f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE --speculative-draft-model-path {draft}"
+    wrong = (
+        f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE "
+        f"--speculative-draft-model-path {draft}"
+    )
     report = diagnose(launch=wrong)  # target and draft both come from the launch line's local folders
     [err] = checks(report, "algorithm", ERROR)
     assert "3 x 64 = 192" in text([err]) and "final hidden state: 64 features" in text([err])
@@ -676,11 +690,15 @@ def test_real_transformers_serve_reports_no_speculation(transformers_server, see
 
 
 def test_embedded_target_by_id(tmp_path):
-    """--target accepts the embedded SmolLM2 id (eagle3lab.models.target.resolve): 30 layers, hidden 576, vocab 49152."""
+    """--target accepts the embedded SmolLM2 id (eagle3lab.models.target.resolve): 30 layers, hidden 576,
+    vocab 49152."""
     d = write_draft(
         tmp_path / "smol", hidden=576, target_hidden=576, vocab=49152, draft_vocab=8192, max_pos=8192, sparse=True
     )
-    launch = f"python -m sglang.launch_server --model-path HuggingFaceTB/SmolLM2-135M-Instruct --speculative-algorithm EAGLE3 --speculative-draft-model-path {d}"
+    launch = (
+        "python -m sglang.launch_server --model-path HuggingFaceTB/SmolLM2-135M-Instruct "
+        f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {d}"
+    )
     report = diagnose(launch=launch, target="smollm2-135m-instruct")
     assert report.exit_code == 0, report.render()
     assert "hidden_states[2], hidden_states[15], hidden_states[27] -> 3 x 576 = 1728" in text(

@@ -1,5 +1,5 @@
-"""eagle3lab.serving.sglang: launch commands, the server lifecycle (against a real `transformers serve`), and the benchmark
-against recorded SGLang /generate payloads. SGLang itself cannot run on this CPU."""
+"""eagle3lab.serving (launch, bench, processes, sglang): launch commands, the server lifecycle (against a real
+`transformers serve`), and the benchmark against recorded SGLang /generate payloads. SGLang cannot run on this CPU."""
 
 import json
 import sys
@@ -12,11 +12,15 @@ import torch
 import yaml
 
 from eagle3lab import paths
-from eagle3lab.doctor.core import ERROR, diagnose, parse_launch
+from eagle3lab.doctor.diagnosis import diagnose
+from eagle3lab.doctor.findings import ERROR
+from eagle3lab.doctor.launch import parse_launch
 from eagle3lab.io import InputError
 from eagle3lab.serving import sglang
-from eagle3lab.serving.processes import free_port
-from eagle3lab.serving.sglang import ServerError, bench_server, launch_command, start_server
+from eagle3lab.serving.bench import add_speedups, bench_server
+from eagle3lab.serving.client import ServerError
+from eagle3lab.serving.launch import command_for_config, launch_command, parse_config
+from eagle3lab.serving.processes import free_port, start_server, transformers_serve_command
 from tiny import save_tiny_chat_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -93,6 +97,27 @@ def test_launch_command_rejects_bad_settings(kwargs, message):
         launch_command("m", port=1, **kwargs)
 
 
+def test_parse_config_uses_the_engines_tree_rule():
+    # any batch (requests in flight); steps/topk/ndraft by eagle3lab.decoding.config: 1 + topk + (steps - 1) topk^2
+    assert parse_config("4,3,2,8") == (4, 3, 2, 8)
+    assert parse_config("1,3,2,11") == (1, 3, 2, 11) and parse_config("1,0,0,0") == (1, 0, 0, 0)
+    with pytest.raises(InputError, match="between 2 and 11"):
+        parse_config("1,3,2,12")
+    with pytest.raises(InputError, match="steps \\+ 1 = 4"):
+        parse_config("1,3,1,5")
+    with pytest.raises(InputError, match="batch"):
+        parse_config("0,3,1,4")
+    with pytest.raises(InputError, match="four integers"):
+        parse_config("1,3,1")
+
+
+def test_transformers_serve_command_takes_a_device():
+    cmd = transformers_serve_command("/m", 8000, device="cpu")
+    assert cmd[1:3] == ["serve", "/m"] and cmd[cmd.index("--device") + 1] == "cpu"
+    auto = transformers_serve_command("/m", 8000)
+    assert auto[auto.index("--device") + 1] == ("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
 @pytest.fixture(scope="module")
 def project_draft(tmp_path_factory):
     """A tiny random draft in the project's export format, with its target's config beside it."""
@@ -149,12 +174,12 @@ def test_gpu_profile_matches_reference_params_and_builds_commands():
     assert gpu["regenerate"]["backend"] == "openai" and gpu["regenerate"]["server_addresses"]
     assert (gpu["train_draft"]["ttt_length"], gpu["train_draft"]["draft_vocab_size"]) == (7, 32000)
     for config in gpu["benchmark"]["configs"]:
-        sglang.parse_config(config)
+        parse_config(config)
     target, settings, _ = sglang.load_profile(PROFILE)
-    cmd = sglang.command_for_config(settings, target, "4,3,1,4")
+    cmd = command_for_config(settings, target, "4,3,1,4")
     assert cmd[cmd.index("--speculative-algorithm") + 1] == "EAGLE3"
     assert cmd[cmd.index("--cuda-graph-max-bs") + 1] == str(max(4, settings["cuda_graph_max_bs"]))
-    assert "--speculative-algorithm" not in sglang.command_for_config(settings, target, "1,0,0,0")
+    assert "--speculative-algorithm" not in command_for_config(settings, target, "1,0,0,0")
 
 
 def test_cli_launch_command_and_bad_profile(tmp_path, capsys):
@@ -276,7 +301,7 @@ def test_add_speedups_by_set_and_batch():
         {"set": "s", "config": "1,3,1,4", "tokens_per_s": 210.0},
         {"set": "s", "config": "4,3,1,4", "tokens_per_s": 300.0},
     ]
-    sglang.add_speedups(rows)
+    add_speedups(rows)
     assert [r["speedup_vs_baseline"] for r in rows] == [1.0, 2.1, None]
 
 
@@ -328,9 +353,9 @@ def test_start_server_waits_for_health_benches_and_stops(tiny_model, tmp_path):
 
 def test_start_server_reports_early_exit_with_log_tail(tmp_path):
     cmd = [sys.executable, "-c", "import sys; print('loading weights'); print('CUDA error: no GPU found'); sys.exit(3)"]
-    with pytest.raises(ServerError) as err:
-        with start_server(cmd, f"http://127.0.0.1:{free_port()}", timeout=60, log_path=tmp_path / "x.log"):
-            pass
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ServerError) as err, start_server(cmd, url, timeout=60, log_path=tmp_path / "x.log"):
+        pass
     msg = str(err.value)
     assert "exited with code 3" in msg and "CUDA error: no GPU found" in msg and str(tmp_path / "x.log") in msg
 
@@ -351,16 +376,18 @@ def test_start_server_times_out_and_kills_the_process_group(tmp_path):
         "print('pids', os.getpid(), w.pid, flush=True); print('still loading', flush=True); time.sleep(600)"
     )
     log = tmp_path / "y.log"
-    with pytest.raises(ServerError, match="did not answer .* within 6 s(.|\n)*still loading"):
-        with start_server(
+    with (
+        pytest.raises(ServerError, match="did not answer .* within 6 s(.|\n)*still loading"),
+        start_server(
             [sys.executable, "-c", script],
             f"http://127.0.0.1:{free_port()}",
             timeout=6.0,
             poll=0.2,
             log_path=log,
             stop_grace=5,
-        ):
-            pass
+        ),
+    ):
+        pass
     pids = [int(x) for x in log.read_text().split("pids", 1)[1].split()[:2]]
     deadline = time.monotonic() + 10
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:

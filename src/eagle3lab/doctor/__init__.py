@@ -1,1 +1,5 @@
-"""The launch doctor: is an EAGLE-3 draft actually used as launched?"""
+"""The launch doctor: is an EAGLE-3 draft actually used as launched?
+
+findings (Finding, Report) <- launch (the launch line) + artifacts (draft checkpoint, target config) -> algorithm,
+vocab, settings (static checks) + probe (a running server) -> diagnosis (`diagnose`) -> cli (`eagle3lab doctor`).
+"""

@@ -1,1 +1,2 @@
-"""Servers: process lifecycle, the OpenAI/SGLang HTTP client and SGLang launch lines."""
+"""Servers: the one OpenAI/SGLang HTTP client (client), process lifecycle (processes), SGLang launch lines (launch),
+benchmarking a running server (bench), and the params-profile CLI (sglang)."""

@@ -1,5 +1,5 @@
 """Start a model server as a child process, wait until GET /health answers, and stop its whole process group after:
-SGLang on GPUs, `transformers serve` (a real OpenAI-compatible server that runs on this CPU) for tests and benchmarks."""
+SGLang on GPUs, `transformers serve` (a real OpenAI-compatible server, also on a CPU) for tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -17,18 +17,14 @@ from pathlib import Path
 
 import httpx
 
+from eagle3lab.devices import resolve_device
+from eagle3lab.serving.client import ServerClient, ServerError
+
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class ServerError(RuntimeError):
-    """The server process died, or did not become healthy in time; the message carries the log tail."""
-
-
-# ---- the launch command ------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -64,19 +60,12 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
             continue
 
 
-def _server_info(client: httpx.Client, url: str) -> dict | None:
-    for path in ("/server_info", "/get_server_info"):
-        try:
-            r = client.get(url + path, timeout=10.0)
-        except httpx.HTTPError:
-            return None
-        if r.status_code == 200:
-            try:
-                body = r.json()
-            except ValueError:
-                return None
-            return body if isinstance(body, dict) else None
-    return None
+def _server_info(client: ServerClient) -> dict | None:
+    """/server_info when the server has one (SGLang); a failure here must not stop a healthy server's use."""
+    try:
+        return client.server_info()[0]
+    except httpx.HTTPError:
+        return None
 
 
 @contextlib.contextmanager
@@ -107,38 +96,36 @@ def start_server(
         except OSError as e:
             raise ServerError(f"cannot start `{shlex.join(cmd)}`: {e}") from None
         try:
-            with httpx.Client() as client:
-                while True:
+            with ServerClient(url, timeout=10.0) as client:
+                while not client.healthy():
                     if proc.poll() is not None:
                         raise ServerError(
                             f"`{shlex.join(cmd)}` exited with code {proc.returncode} before {url}/health "
                             f"answered; last lines of {log_path}:\n{log_tail(log_path)}"
                         )
-                    try:
-                        if client.get(url + "/health", timeout=5.0).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
                     if time.monotonic() - t0 > timeout:
                         raise ServerError(
                             f"`{shlex.join(cmd)}` did not answer {url}/health within {timeout:.0f} s; "
                             f"last lines of {log_path}:\n{log_tail(log_path)}"
                         )
                     time.sleep(poll)
-                info = _server_info(client, url)
+                info = _server_info(client)
             yield Server(url, proc, log_path, info, time.monotonic() - t0)
         finally:
             _stop(proc, stop_grace)
 
 
-def transformers_serve_command(model_dir: str | os.PathLike, port: int, dtype: str = "auto") -> list[str]:
+def transformers_serve_command(
+    model_dir: str | os.PathLike, port: int, dtype: str = "auto", device: str = "auto"
+) -> list[str]:
+    """`transformers serve` on 127.0.0.1; `device` as eagle3lab.devices reads it (auto: CUDA when present)."""
     exe = Path(sys.executable).with_name("transformers")
     return [
         str(exe) if exe.exists() else "transformers",
         "serve",
         str(model_dir),
         "--device",
-        "cpu",
+        str(resolve_device(device)),
         "--dtype",
         dtype,
         "--host",

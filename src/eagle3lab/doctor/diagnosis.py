@@ -1,0 +1,174 @@
+"""`diagnose`: run every check the inputs allow (launch line, draft, target, running server, in any combination);
+unreadable inputs become findings, never tracebacks.
+
+Library use (a notebook):
+    report = diagnose(launch="python -m sglang.launch_server ...", draft="artifacts/draft",
+                      target="smollm2-135m-instruct")
+    report.exit_code, report.findings, report.render(), report.to_json()
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eagle3lab.doctor.algorithm import check_algorithm, check_aux_layers
+from eagle3lab.doctor.artifacts import DoctorInputError, DraftInfo, TargetInfo, read_draft, read_target_config
+from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding, Report
+from eagle3lab.doctor.launch import Launch, parse_launch
+from eagle3lab.doctor.probe import ACCEPT_LOW, check_server
+from eagle3lab.doctor.settings import check_context_length, check_launch_vs_draft_path, check_spec_params
+from eagle3lab.doctor.vocab import check_draft_vocab
+
+
+def _local_dir(path: str | None) -> bool:
+    return bool(path) and Path(path).expanduser().is_dir()
+
+
+def _read_target_finding(spec: str) -> tuple[TargetInfo | None, list[Finding]]:
+    try:
+        info = read_target_config(spec)
+    except DoctorInputError as e:
+        return None, [
+            Finding(
+                "target",
+                WARNING,
+                "target config not at hand: layer and vocab checks use the draft's own config",
+                [str(e)],
+                fix="--target PATH (a folder with the target's config.json) or the embedded target id",
+            )
+        ]
+    return info, [
+        Finding(
+            "target",
+            OK,
+            f"target config: {info.num_layers} layers, hidden {info.hidden_size}, "
+            f"vocab {info.vocab_size}, max positions {info.max_position_embeddings}",
+            [info.source],
+        )
+    ]
+
+
+def _read_draft_finding(spec: str | Path) -> tuple[DraftInfo | None, list[Finding]]:
+    try:
+        info = read_draft(spec)
+    except DoctorInputError as e:
+        return None, [
+            Finding(
+                "draft",
+                ERROR,
+                "the draft checkpoint cannot be read",
+                [str(e)],
+                fix="point --draft at the exported folder (config.json + model.safetensors)",
+            )
+        ]
+    return info, [
+        Finding(
+            "draft",
+            OK,
+            f"draft checkpoint read: {info.kind.upper()} ({', '.join(info.architectures) or 'no architectures'})",
+            [f"{info.path}: {len(info.shapes)} tensors in {', '.join(f.name for f in info.files)}"],
+        )
+    ]
+
+
+# long: one pass over four optional inputs, each falling back on the others (launch line, server args)
+def diagnose(
+    launch: str | list[str] | None = None,
+    draft: str | Path | None = None,
+    target: str | None = None,
+    server: str | None = None,
+    *,
+    probes: int = 3,
+    probe_tokens: int = 64,
+    timeout: float = 30.0,
+    low_accept: float = ACCEPT_LOW,
+    transport=None,
+) -> Report:
+    """Run every check the inputs allow. Any combination of inputs; unreadable ones become findings."""
+    if not any((launch, draft, target, server)):
+        raise ValueError("diagnose needs at least one of launch, draft, target, server")
+    findings: list[Finding] = []
+    parsed = parse_launch(launch) if launch else None
+    if parsed is not None:
+        findings += _launch_findings(parsed, draft)
+    # target and draft: the arguments, else the launch line's paths when they are local folders
+    target_spec = target or (parsed.model_path if parsed and _local_dir(parsed.model_path) else None)
+    target_info = None
+    if target_spec:
+        target_info, more = _read_target_finding(target_spec)
+        findings += more
+    elif parsed is not None or draft is not None:
+        findings.append(
+            Finding(
+                "target",
+                WARNING,
+                "no target config: layer existence and target vocab not checked",
+                [f"model path {parsed.model_path if parsed else None!r} is not a local folder"],
+                fix="--target PATH|ID",
+            )
+        )
+    draft_spec = draft or (parsed.draft_path if parsed and _local_dir(parsed.draft_path) else None)
+    draft_info = None
+    if draft_spec:
+        draft_info, more = _read_draft_finding(draft_spec)
+        findings += more
+
+    server_launch = None
+    if server:
+        expect = bool(draft_info) or bool(parsed and parsed.speculative)
+        more, server_launch = check_server(
+            server,
+            parsed,
+            expect_speculation=expect,
+            probes=probes,
+            probe_tokens=probe_tokens,
+            timeout=timeout,
+            low=low_accept,
+            transport=transport,
+        )
+        findings += more
+        # without a launch line, the server's own args name the draft and target; use them when they are local
+        if parsed is None and server_launch is not None:
+            if draft_info is None and not draft_spec and _local_dir(server_launch.draft_path):
+                draft_spec = server_launch.draft_path
+                draft_info, more = _read_draft_finding(draft_spec)
+                findings += more
+            if target_info is None and not target_spec and _local_dir(server_launch.model_path):
+                target_spec = server_launch.model_path
+                target_info, more = _read_target_finding(target_spec)
+                findings += more
+
+    # static checks run on the launch line, or on what the server reports it was launched with
+    findings += static_checks(parsed or server_launch, draft_info, target_info)
+    inputs = {
+        "launch": " ".join(parsed.argv) if parsed and parsed.argv else launch,
+        "draft": str(draft_spec) if draft_spec else None,
+        "target": target_spec,
+        "server": server,
+    }
+    return Report(findings=findings, inputs=inputs)
+
+
+def _launch_findings(parsed: Launch, draft: str | Path | None) -> list[Finding]:
+    sev = WARNING if parsed.notes else OK
+    summary = (
+        f"algorithm {parsed.algorithm}, model {parsed.model_path}, draft {parsed.draft_path}, "
+        f"steps/topk/ndraft {parsed.num_steps}/{parsed.topk}/{parsed.num_draft_tokens}, "
+        f"context {parsed.context_length}, tp {parsed.tp_size}"
+    )
+    launch = Finding(
+        "launch", sev, "launch line parsed" + (" with problems" if parsed.notes else ""), [*parsed.notes, summary]
+    )
+    return [launch, *check_launch_vs_draft_path(parsed, str(draft) if draft else None)]
+
+
+def static_checks(launch: Launch | None, draft: DraftInfo | None, target: TargetInfo | None) -> list[Finding]:
+    """Every check that needs no server, on whatever of launch / draft / target is known."""
+    findings = []
+    if launch is not None and (launch.speculative or draft is not None):
+        findings += check_algorithm(launch, draft, target)
+    findings += check_aux_layers(draft, target, launch)
+    findings += check_draft_vocab(draft, target)
+    findings += check_context_length(draft, target, launch)
+    findings += check_spec_params(launch)
+    return findings
