@@ -7,6 +7,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
+from eagle3lab.models.checkpoint import HEADER_ROOM, open_checkpoint
 from eagle3lab.models.draft import DraftCache, DraftConfig, DraftFormatError, Eagle3Draft, load_draft, save_draft
 
 SGLANG_KEYS = {
@@ -236,6 +237,60 @@ def test_load_rejects_wrong_shape_and_missing_config(tmp_path):
     (tmp_path / "e").mkdir()
     with pytest.raises(DraftFormatError, match="config.json"):
         load_draft(tmp_path / "e")
+
+
+def test_sharded_bf16_draft_without_embedding_round_trips(tmp_path):
+    """Issue 11's committed-draft form: bf16, no frozen embedding, every file under a cap; load_draft restores it."""
+    draft = make_draft()
+    cap = 40_000 + HEADER_ROOM  # forces several shards for this tiny draft
+    save_draft(draft, tmp_path / "d", dtype=torch.bfloat16, max_shard_bytes=cap, with_embedding=False)
+    shards = sorted((tmp_path / "d").glob("*.safetensors"))
+    assert len(shards) > 1 and all(f.stat().st_size <= cap for f in shards)
+    index = json.loads((tmp_path / "d" / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == SGLANG_KEYS - {"embed_tokens.weight"}
+    checkpoint = open_checkpoint(tmp_path / "d")
+    shapes = checkpoint.shapes()
+    assert shapes["fc.weight"] == ([64, 192], "bfloat16") and shapes["d2t"][1] == "int64"
+    assert "embed_tokens.weight" not in shapes and checkpoint.tensor("absent") is None
+    assert torch.equal(checkpoint.tensor("d2t"), draft.d2t)
+    with pytest.raises(DraftFormatError, match="embed_tokens.weight"):
+        load_draft(tmp_path / "d")
+    back = load_draft(tmp_path / "d", target=draft.embed_tokens.weight)
+    ref = Eagle3Draft(draft.config)  # what bf16 storage keeps of each weight; the embedding comes from the target
+    ref.load_state_dict(
+        {
+            k: v.bfloat16().float() if v.is_floating_point() and "embed" not in k else v
+            for k, v in draft.state_dict().items()
+        }
+    )
+    ids, aux, pos = inputs(draft)
+    with torch.no_grad():
+        assert torch.equal(ref(ids, ref.project(aux), pos)[0], back(ids, back.project(aux), pos)[0])
+    with pytest.raises(ValueError, match="over the shard cap"):
+        save_draft(draft, tmp_path / "e", max_shard_bytes=70 * 1024)
+
+
+def test_checkpoint_errors_name_the_file_and_field(tmp_path):
+    draft = make_draft()
+    save_draft(draft, tmp_path / "d", max_shard_bytes=100_000)
+    index = tmp_path / "d" / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"fc.weight": "model-00009-of-00009.safetensors"}}))
+    with pytest.raises(DraftFormatError, match="index.json.*model-00009"):
+        open_checkpoint(tmp_path / "d")
+    index.write_text("{}")
+    with pytest.raises(DraftFormatError, match="index.json: field 'weight_map'"):
+        open_checkpoint(tmp_path / "d")
+    index.write_text("not json")
+    with pytest.raises(DraftFormatError, match="index.json: unreadable"):
+        open_checkpoint(tmp_path / "d")
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "config.json").write_text("[1]")
+    with pytest.raises(DraftFormatError, match="config.json: expected a JSON object"):
+        open_checkpoint(tmp_path / "e")
+    (tmp_path / "e" / "config.json").write_text(json.dumps(draft.config.to_sglang()))
+    (tmp_path / "e" / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(DraftFormatError, match="model.safetensors: cannot read"):
+        open_checkpoint(tmp_path / "e").shapes()
 
 
 def test_cache_select_on_batch_and_dtype():

@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 
@@ -76,6 +78,23 @@ def test_local_folder_target_loads(tmp_path, tiny_llama):
     ).save_pretrained(tmp_path)
     t = load_target(str(tmp_path))
     assert t.num_layers == 6 and not any(p.requires_grad for p in t.model.parameters())
+    assert t.device == torch.device("cpu")
+    auto = load_target(str(tmp_path), device="auto")
+    assert auto.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="expected auto"):
+        load_target(str(tmp_path), device="tpu")
+
+
+@pytest.mark.cuda
+def test_aux_capture_on_cuda_matches_cpu(tiny_llama):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    ids = torch.randint(0, 320, (2, 11))
+    indices = aux_hidden_indices(tiny_llama.config.num_hidden_layers)
+    ref = forward_with_aux(tiny_llama, ids, indices)
+    got = forward_with_aux(copy.deepcopy(tiny_llama).to("cuda"), ids.to("cuda"), indices)
+    assert got.aux.device.type == "cuda"
+    torch.testing.assert_close(got.aux.cpu(), ref.aux, atol=1e-4, rtol=1e-4)
 
 
 def test_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):

@@ -1,185 +1,17 @@
 """The EAGLE-3 draft model as SGLang (`LlamaForCausalLMEagle3`) and SpecForge define it, its KV cache, the
-training-time-test (TTT) unroll, and save/load in the exact checkpoint format SGLang reads."""
+training-time-test (TTT) unroll, and save/load in the exact checkpoint format SGLang reads (models.checkpoint)."""
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eagle3lab.io import atomic_path
-
-WEIGHTS = "model.safetensors"
-CONFIG = "config.json"
-ARCHITECTURE = "LlamaForCausalLMEagle3"
-
-
-class DraftFormatError(ValueError):
-    """A draft folder that is not in a format we can load; the message names the folder and the keys."""
-
-
-# ---- config --------------------------------------------------------------------------------------------------------
-
-
-def _rope_from_hf(cfg) -> tuple[float, dict | None]:
-    """(rope_theta, legacy rope_scaling) from a HF config of either transformers 4 (rope_theta/rope_scaling) or 5
-    (rope_parameters)."""
-    params = getattr(cfg, "rope_parameters", None)
-    if isinstance(params, dict) and "rope_theta" in params:
-        scaling = {k: v for k, v in params.items() if k != "rope_theta"}
-        return float(params["rope_theta"]), (scaling if scaling.get("rope_type", "default") != "default" else None)
-    return float(getattr(cfg, "rope_theta", 10000.0)), getattr(cfg, "rope_scaling", None)
-
-
-@dataclass
-class DraftConfig:
-    hidden_size: int
-    intermediate_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    vocab_size: int  # the target's vocabulary
-    draft_vocab_size: int
-    target_hidden_size: int
-    aux_layer_ids: list[int] | None = None  # eagle_aux_hidden_state_layer_ids; None = SGLang's defaults
-    max_position_embeddings: int = 8192
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    rope_scaling: dict | None = None
-    hidden_act: str = "silu"
-    extra: dict = field(
-        default_factory=dict, repr=False, compare=False
-    )  # unrelated keys of a loaded config.json, written back
-
-    @classmethod
-    def from_target(cls, target_config, draft_vocab_size: int, aux_layer_ids: list[int] | None = None) -> DraftConfig:
-        """A draft shaped like one layer of the target (SGLang's and SpecForge's convention)."""
-        theta, scaling = _rope_from_hf(target_config)
-        heads = target_config.num_attention_heads
-        return cls(
-            hidden_size=target_config.hidden_size,
-            intermediate_size=target_config.intermediate_size,
-            num_attention_heads=heads,
-            num_key_value_heads=getattr(target_config, "num_key_value_heads", None) or heads,
-            head_dim=getattr(target_config, "head_dim", None) or target_config.hidden_size // heads,
-            vocab_size=target_config.vocab_size,
-            draft_vocab_size=int(draft_vocab_size),
-            target_hidden_size=target_config.hidden_size,
-            aux_layer_ids=list(aux_layer_ids) if aux_layer_ids is not None else None,
-            # A short context window silently ruins acceptance on long prompts: never below the target's.
-            max_position_embeddings=target_config.max_position_embeddings,
-            rms_norm_eps=float(target_config.rms_norm_eps),
-            rope_theta=theta,
-            rope_scaling=scaling,
-            hidden_act=getattr(target_config, "hidden_act", "silu"),
-        )
-
-    def to_sglang(self) -> dict:
-        out = dict(self.extra)
-        out.update(
-            {
-                "architectures": [ARCHITECTURE],
-                "model_type": "llama",
-                "hidden_size": self.hidden_size,
-                "intermediate_size": self.intermediate_size,
-                "num_attention_heads": self.num_attention_heads,
-                "num_key_value_heads": self.num_key_value_heads,
-                "head_dim": self.head_dim,
-                "num_hidden_layers": 1,
-                "vocab_size": self.vocab_size,
-                "draft_vocab_size": self.draft_vocab_size,
-                "target_hidden_size": self.target_hidden_size,
-                "max_position_embeddings": self.max_position_embeddings,
-                "rms_norm_eps": self.rms_norm_eps,
-                "rope_theta": self.rope_theta,
-                "rope_scaling": self.rope_scaling,
-                "hidden_act": self.hidden_act,
-                # SGLang ties lm_head to the embedding when this is true, dropping the draft-vocab head.
-                "tie_word_embeddings": False,
-                "attention_bias": False,
-                "mlp_bias": False,
-                "eagle_config": {
-                    "eagle_aux_hidden_state_layer_ids": self.aux_layer_ids,
-                    "use_aux_hidden_state": True,
-                },
-            }
-        )
-        if self.aux_layer_ids is None:
-            out["eagle_config"].pop("eagle_aux_hidden_state_layer_ids")
-        return out
-
-    @classmethod
-    def from_sglang(cls, cfg: dict, where: str = "config.json") -> DraftConfig:
-        def need(key):
-            if key not in cfg:
-                raise DraftFormatError(f"{where}: missing field '{key}'")
-            return cfg[key]
-
-        hidden, heads = need("hidden_size"), need("num_attention_heads")
-        if cfg.get("num_hidden_layers", 1) != 1:
-            raise DraftFormatError(
-                f"{where}: num_hidden_layers={cfg['num_hidden_layers']}; only 1-layer drafts are supported"
-            )
-        theta = cfg.get("rope_theta")
-        scaling = cfg.get("rope_scaling")
-        if theta is None and isinstance(cfg.get("rope_parameters"), dict):
-            rp = dict(cfg["rope_parameters"])
-            theta = rp.pop("rope_theta", 10000.0)
-            scaling = rp if rp.get("rope_type", "default") != "default" else None
-        eagle = cfg.get("eagle_config") or {}
-        known = {f.name for f in fields(cls)} | {
-            "rope_parameters",
-            "eagle_config",
-            "architectures",
-            "num_hidden_layers",
-        }
-        return cls(
-            hidden_size=hidden,
-            intermediate_size=need("intermediate_size"),
-            num_attention_heads=heads,
-            num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or hidden // heads,
-            vocab_size=need("vocab_size"),
-            draft_vocab_size=cfg.get("draft_vocab_size") or cfg["vocab_size"],
-            target_hidden_size=cfg.get("target_hidden_size") or hidden,
-            aux_layer_ids=eagle.get("eagle_aux_hidden_state_layer_ids"),
-            max_position_embeddings=cfg.get("max_position_embeddings", 8192),
-            rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
-            rope_theta=float(theta if theta is not None else 10000.0),
-            rope_scaling=scaling,
-            hidden_act=cfg.get("hidden_act", "silu"),
-            extra={k: v for k, v in cfg.items() if k not in known},
-        )
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("extra")
-        return d
-
-    def _llama_config(self):
-        from transformers import LlamaConfig
-
-        rope = {"rope_type": "default", **(self.rope_scaling or {}), "rope_theta": self.rope_theta}
-        if "type" in rope and rope["rope_type"] == "default":
-            rope["rope_type"] = rope.pop("type")
-        return LlamaConfig(
-            hidden_size=self.hidden_size,
-            intermediate_size=self.intermediate_size,
-            num_attention_heads=self.num_attention_heads,
-            num_key_value_heads=self.num_key_value_heads,
-            head_dim=self.head_dim,
-            max_position_embeddings=self.max_position_embeddings,
-            rms_norm_eps=self.rms_norm_eps,
-            hidden_act=self.hidden_act,
-            rope_parameters=rope,
-            vocab_size=self.vocab_size,
-        )
-
+from eagle3lab.models.checkpoint import DraftFormatError, open_checkpoint, write_checkpoint
+from eagle3lab.models.draft_config import DraftConfig
 
 # ---- KV cache ------------------------------------------------------------------------------------------------------
 
@@ -403,35 +235,31 @@ class Eagle3Draft(nn.Module):
 
 # ---- save / load ---------------------------------------------------------------------------------------------------
 
+EMBEDDING = "embed_tokens.weight"
+
 
 def expected_keys(model: Eagle3Draft) -> set[str]:
     return set(model.state_dict().keys())
 
 
-def save_draft(model: Eagle3Draft, folder, dtype: torch.dtype | None = None) -> Path:
-    """Write config.json + model.safetensors with exactly SGLang's keys (embed_tokens included). Atomic."""
-    from safetensors.torch import save_file
+def save_draft(
+    model: Eagle3Draft,
+    folder,
+    dtype: torch.dtype | None = None,
+    max_shard_bytes: int | None = None,
+    with_embedding: bool = True,
+) -> Path:
+    """Write config.json + safetensors with exactly SGLang's keys. Atomic.
 
-    folder = Path(folder)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    `dtype` casts the floating tensors (d2t/t2d keep theirs); `max_shard_bytes` shards the weights so no file
+    exceeds it; `with_embedding=False` leaves out the frozen target embedding (load_draft restores it from the
+    target), which is most of a small draft's bytes."""
+    state = {k: v.detach() for k, v in model.state_dict().items() if with_embedding or k != EMBEDDING}
     if dtype is not None:
         state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
-    with atomic_path(folder) as tmp:
-        tmp.mkdir(parents=True)
-        save_file(state, str(tmp / WEIGHTS), metadata={"format": "pt"})
-        cfg = model.config.to_sglang()
-        cfg["torch_dtype"] = str(state["fc.weight"].dtype).removeprefix("torch.")
-        (tmp / CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
-    return folder
-
-
-def _normalise_key(key: str) -> str:
-    """Map third-party spellings onto SGLang's: `model.` prefix, `layers.0.` / `midlayers.0.` for `midlayer.`."""
-    key = key.removeprefix("model.")
-    for alias in ("layers.0.", "midlayers.0."):
-        if key.startswith(alias):
-            return "midlayer." + key[len(alias) :]
-    return key
+    config = model.config.to_sglang()
+    config["torch_dtype"] = str(state["fc.weight"].dtype).removeprefix("torch.")
+    return write_checkpoint(folder, config, state, max_shard_bytes=max_shard_bytes)
 
 
 def _target_embedding(target) -> torch.Tensor:
@@ -441,47 +269,34 @@ def _target_embedding(target) -> torch.Tensor:
     return model.get_input_embeddings().weight
 
 
-def load_draft(folder, target=None, dtype: torch.dtype | None = None) -> Eagle3Draft:
-    """Load a draft in SGLang/SpecForge format (also `layers.0.*` and `model.`-prefixed variants).
-
-    A missing `embed_tokens.weight` is taken from `target` (a Target, a HF model or the embedding tensor); a missing
-    `t2d` is rebuilt from `d2t`. Any other missing or unexpected key raises DraftFormatError listing them all."""
-    from safetensors.torch import load_file
-
-    folder = Path(folder)
-    cfg_path = folder / CONFIG
-    if not cfg_path.exists():
-        raise DraftFormatError(f"{folder}: no {CONFIG}; expected a draft folder with config.json + *.safetensors")
-    try:
-        raw_cfg = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
-        raise DraftFormatError(f"{cfg_path}: not valid JSON ({e.msg})") from None
-    config = DraftConfig.from_sglang(raw_cfg, where=str(cfg_path))
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise DraftFormatError(f"{folder}: no *.safetensors weights (pytorch_model.bin is not supported)")
-    state = {}
-    for f in files:
-        for k, v in load_file(str(f)).items():
-            state[_normalise_key(k)] = v
-
-    model = Eagle3Draft(config)
-    expected = expected_keys(model)
-    if "embed_tokens.weight" not in state and target is not None:
-        state["embed_tokens.weight"] = _target_embedding(target).detach()
+def _complete(state: dict, config: DraftConfig, target) -> None:
+    """Fill in what a draft may leave out: the embedding (from the target), d2t (identity vocab), t2d (from d2t)."""
+    if EMBEDDING not in state and target is not None:
+        state[EMBEDDING] = _target_embedding(target).detach().cpu()
     if "d2t" not in state and config.draft_vocab_size == config.vocab_size:
         state["d2t"] = torch.zeros(config.draft_vocab_size, dtype=torch.long)
     if "t2d" not in state and "d2t" in state:
         t2d = torch.zeros(config.vocab_size, dtype=torch.bool)
         t2d[state["d2t"].long() + torch.arange(state["d2t"].numel())] = True
         state["t2d"] = t2d
+
+
+def load_draft(folder, target=None, dtype: torch.dtype | None = None) -> Eagle3Draft:
+    """Load a draft in SGLang/SpecForge format (also `layers.0.*` and `model.`-prefixed variants, and shards).
+
+    A missing `embed_tokens.weight` is taken from `target` (a Target, a HF model or the embedding tensor); a missing
+    `t2d` is rebuilt from `d2t`. Any other missing or unexpected key raises DraftFormatError listing them all."""
+    checkpoint = open_checkpoint(folder)
+    config = DraftConfig.from_sglang(checkpoint.config, where=str(checkpoint.folder / "config.json"))
+    if any(f.suffix != ".safetensors" for f in checkpoint.files):
+        raise DraftFormatError(f"{folder}: no *.safetensors weights (pytorch_model.bin is not supported)")
+    state = checkpoint.tensors()
+    model = Eagle3Draft(config)
+    _complete(state, config, target)
+    expected = expected_keys(model)
     missing, unexpected = sorted(expected - state.keys()), sorted(state.keys() - expected)
     if missing or unexpected:
-        hint = (
-            " (embed_tokens.weight is absent: pass the target to load_draft)"
-            if "embed_tokens.weight" in missing
-            else ""
-        )
+        hint = f" ({EMBEDDING} is absent: pass the target to load_draft)" if EMBEDDING in missing else ""
         raise DraftFormatError(f"{folder}: missing keys {missing}, unexpected keys {unexpected}{hint}")
     own = model.state_dict()
     wrong = [f"{k} {tuple(v.shape)} != {tuple(own[k].shape)}" for k, v in state.items() if v.shape != own[k].shape]

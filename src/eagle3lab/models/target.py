@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from eagle3lab.devices import resolve_device
 from eagle3lab.io import atomic_path
 from eagle3lab.paths import cache_dir
 
@@ -44,6 +45,10 @@ class Target:
     @property
     def vocab_size(self) -> int:
         return self.model.config.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
 
 def embedded_gguf(spec: str) -> Path:
@@ -105,7 +110,12 @@ def resolve(spec: str) -> Path | str:
     )
 
 
-def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype | str = torch.float32, device: str = "cpu") -> Target:
+def load_target(
+    spec: str = DEFAULT_TARGET, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu"
+) -> Target:
+    """The target, frozen, in eval mode, on `device` (any eagle3lab.devices setting: auto, cpu, cuda, cuda:N).
+
+    The library default stays the CPU so callers that feed CPU tensors keep working; commands pass their --device."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if isinstance(dtype, str):
@@ -117,11 +127,12 @@ def load_target(spec: str = DEFAULT_TARGET, dtype: torch.dtype | str = torch.flo
     except OSError as e:
         if isinstance(where, str):
             raise TargetError(
-                f"could not load '{spec}' from the Hugging Face hub ({e.__class__.__name__}). Offline? Download it on a "
-                f"machine with access (`huggingface-cli download {spec} --local-dir DIR`) and pass the folder instead."
+                f"could not load '{spec}' from the Hugging Face hub ({e.__class__.__name__}). Offline? "
+                f"Download it on a machine with access (`huggingface-cli download {spec} --local-dir DIR`) "
+                "and pass the folder instead."
             ) from e
         raise
-    model.to(device).eval()
+    model.to(resolve_device(device)).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return Target(
