@@ -162,3 +162,41 @@ def test_online_features_match_cache_on_padded_batch(tmp_path, tiny):
             ref = forward_with_aux(tiny.model, r.input_ids[None], aux_hidden_indices(tiny.num_layers))
         torch.testing.assert_close(out["aux"][b, : len(r)], ref.aux[0], atol=1e-4, rtol=1e-4)
         assert torch.equal(out["argmax"][b, : len(r)], ref.logits[0].argmax(-1))
+
+
+@pytest.mark.cuda
+def test_cache_built_on_cuda_matches_the_cpu_one(tmp_path, tiny):
+    """The cache stays fp16 on disk whichever device computes it; a GPU target gives the CPU's features."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    gpu = load_target(str(tiny.path), device="cuda")
+    data = write_conversations(tmp_path / "train.jsonl", 4)
+    recs, _ = tokenize_file(data, tiny.tokenizer, 128)
+    cpu_cache = open_cache(tmp_path / "cpu", data, tiny, None, 128, shard_records=4)
+    gpu_cache = open_cache(tmp_path / "gpu", data, gpu, None, 128, shard_records=4)
+    cpu_cache.build(recs, tiny, 4, progress=False)
+    gpu_cache.build(recs, gpu, 4, progress=False)
+    for shard, _, start, length in cpu_cache.index(4):
+        a, b = cpu_cache.load(shard, start, length), gpu_cache.load(shard, start, length)
+        assert b["aux"].dtype == torch.float16 and b["aux"].device.type == "cpu"
+        torch.testing.assert_close(b["aux"].float(), a["aux"].float(), atol=2e-2, rtol=2e-2)
+    ids = recs[0].input_ids[None]
+    out = online_features(gpu, ids, torch.ones_like(ids, dtype=torch.bool), aux_hidden_indices(gpu.num_layers))
+    assert out["aux"].device.type == "cuda"
+
+
+def test_batched_feature_groups_respect_the_budget_and_keep_order(tmp_path, tiny):
+    from eagle3lab.train.features import _groups, record_features
+
+    recs, _ = tokenize_file(write_conversations(tmp_path / "train.jsonl", 9), tiny.tokenizer, 128)
+    groups = _groups(recs, 300)
+    assert sorted(r.index for g in groups for r in g) == sorted(r.index for r in recs)
+    assert all(len(g) == 1 or len(g) * max(len(r) for r in g) <= 300 for g in groups) and len(groups) < len(recs)
+    indices = aux_hidden_indices(tiny.num_layers)
+    single = record_features(tiny.model, recs, indices)  # the CPU default: one record per forward
+    batched = record_features(tiny.model, recs, indices, batch_tokens=300)  # the GPU path, here on the CPU
+    assert [f[0].shape[0] for f in batched] == [len(r) for r in recs] and batched[0][0].dtype == torch.float16
+    for (a1, f1, m1), (a2, f2, m2) in zip(single, batched, strict=True):
+        torch.testing.assert_close(a2.float(), a1.float(), atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(f2.float(), f1.float(), atol=2e-3, rtol=2e-3)
+        assert (m1 == m2).float().mean() > 0.99

@@ -11,7 +11,11 @@ import torch
 
 from eagle3lab.io import read_jsonl
 from eagle3lab.models.draft import load_draft
-from eagle3lab.train.loop import STEP_DECAY, TrainConfig, TrainingError, main, make_batches, train_draft, ttt_loss
+from eagle3lab.train.batches import make_batches
+from eagle3lab.train.cli import main
+from eagle3lab.train.config import TrainConfig
+from eagle3lab.train.loop import TrainingError, train_draft
+from eagle3lab.train.loss import STEP_DECAY, ttt_loss
 from test_draft import make_draft
 from test_features import save_tiny_target, write_conversations
 
@@ -124,7 +128,7 @@ def test_train_resume_equals_uninterrupted_and_exports(setup):
 
     with pytest.raises(Killed):
         train_draft(config(setup, "killed"), on_step=kill_at_5)
-    assert torch.load(setup["root"] / "killed" / "checkpoint.pt", weights_only=False)["step"] == 4
+    assert torch.load(setup["root"] / "killed" / "checkpoint.pt", weights_only=True)["step"] == 4
     with pytest.raises(Exception, match="--resume"):
         train_draft(config(setup, "killed"))
     resumed = train_draft(config(setup, "killed", resume=True))
@@ -172,7 +176,7 @@ def test_non_finite_loss_stops_with_step_and_batch(setup):
     with pytest.raises(TrainingError, match=r"non-finite .* step \d+, epoch 0, batch \d+") as e:
         train_draft(config(setup, "nan", lr=1e30, checkpoint_every=1, max_steps=20, val=None))
     bad_step = int(str(e.value).split("step ")[1].split(",")[0])
-    ckpt = torch.load(setup["root"] / "nan" / "checkpoint.pt", weights_only=False)
+    ckpt = torch.load(setup["root"] / "nan" / "checkpoint.pt", weights_only=True)
     assert ckpt["step"] == bad_step - 1  # nothing saved from the bad step
     assert not (setup["root"] / "nan" / "draft").exists()
 
@@ -222,7 +226,7 @@ def test_ddp_two_processes_agree(setup):
         "--nproc-per-node",
         "2",
         "-m",
-        "eagle3lab.train.loop",
+        "eagle3lab.train.cli",
         "--data",
         setup["train"],
         "--target",
@@ -249,3 +253,167 @@ def test_ddp_two_processes_agree(setup):
     assert result["world_size"] == 2 and result["steps"] == 3
     assert len(result["param_checksums"]) == 2 and result["ranks_agree"]
     assert result["param_checksums"][0] == result["param_checksums"][1]
+
+
+# ---- one home for defaults, devices, safe checkpoints ---------------------------------------------------------------
+
+
+def test_cli_is_generated_from_the_config_and_agrees_with_it():
+    from dataclasses import fields
+
+    from eagle3lab.train.cli import build_parser, parse_args
+
+    parsed = parse_args(["--data", "d.jsonl", "--output", "out"])
+    assert parsed == TrainConfig(data="d.jsonl", output="out")  # every default comes from the dataclass
+    options = {a.dest for a in build_parser()._actions} - {"help"}
+    assert options == {f.name for f in fields(TrainConfig)}
+    flipped = parse_args(
+        ["--data", "d", "--output", "o", "--online", "--no-progress", "--aux-layer-ids", "1,14,26", "--max-steps", "7"]
+    )
+    assert (flipped.online, flipped.progress, flipped.aux_layer_ids, flipped.max_steps) == (True, False, [1, 14, 26], 7)
+    with pytest.raises(SystemExit):
+        parse_args(["--data", "d", "--output", "o", "--dtype", "fp16"])
+
+
+def test_notebook_and_params_agree_with_the_config():
+    """The stage's defaults live in params.yaml; the notebook's parameters cell repeats them (to run alone)."""
+    import yaml
+
+    from eagle3lab.paths import ROOT
+    from eagle3lab.pipeline.stages import declared_parameters
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    declared = declared_parameters(ROOT / "notebooks" / "03_train_draft.ipynb")
+    section = params["train_draft"]
+    assert {k: declared[k] for k in section} == section
+    assert {k: declared[k] for k in ("target", "seed", "device")} == {
+        k: params["common"][k] for k in ("target", "seed", "device")
+    }
+    assert (ROOT / section["val_data"]).parts[-2:] == ("mixture", "val.jsonl")  # a file stage 01 writes
+
+
+def test_explicit_cpu_and_auto_devices_train_the_same_draft(setup):
+    one = dict(max_steps=2, val=None)
+    reference = train_draft(config(setup, "dev-default", **one))
+    for device in ("cpu", "auto"):
+        result = train_draft(config(setup, f"dev-{device}", device=device, **one))
+        assert result["config"]["device"] == device
+        if device == "cpu" or not torch.cuda.is_available():  # auto is the CPU here: the very same weights
+            assert result["param_checksums"] == reference["param_checksums"]
+    with pytest.raises(Exception, match="expected auto"):
+        train_draft(config(setup, "dev-bad", device="tpu", **one))
+
+
+def test_checkpoint_is_plain_data_and_foreign_pickles_are_refused(setup, tmp_path):
+    from eagle3lab.train.loop import read_checkpoint
+
+    train_draft(config(setup, "plain", max_steps=2, val=None))
+    state = torch.load(setup["root"] / "plain" / "checkpoint.pt", weights_only=True)
+    assert isinstance(state["rng"]["torch"], torch.Tensor) and isinstance(state["rng"]["python"], torch.Tensor)
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("ran code",))
+
+    torch.save({"identity": {}, "x": Payload()}, tmp_path / "evil.pt")
+    with pytest.raises(Exception, match="evil.pt: not a training checkpoint"):
+        read_checkpoint(tmp_path / "evil.pt", {})
+
+
+def test_scales_plan_ablations_and_train_json(setup, tmp_path):
+    from eagle3lab.io import InputError
+    from eagle3lab.train.scales import plan_runs, summary_rows, train_metrics
+
+    runs, skipped = plan_runs(
+        "r.jsonl", "o.jsonl", [8, 4, 64], 4, 20, [{"scale": 8, "epochs": 10}, {"scale": 99, "ttt_length": 7}]
+    )
+    assert [r.name for r in runs] == ["scale-00004", "scale-00008", "original-00004", "ablation-epochs10-00008"]
+    assert skipped == [64, 99] and runs[-1].overrides == {"epochs": 10} and runs[-1].responses == "ablation"
+    every, _ = plan_runs("r", "o", [4, "all"], 4, 20)
+    assert [r.records for r in every] == [4, 20, 4] and every[1].name == "scale-00020"
+    with pytest.raises(InputError, match=r"scales: \['most'\]"):
+        plan_runs("r", "o", [4, "most"], 4, 20)
+    with pytest.raises(InputError, match=r"ablations\[0\]: fields \['output'\]"):
+        plan_runs("r", "o", [4], 4, 20, [{"scale": 4, "output": "x"}])
+    with pytest.raises(InputError, match=r"ablations\[0\]: expected a mapping"):
+        plan_runs("r", "o", [4], 4, 20, [{"epochs": 3}])
+    result = {
+        "data": {"records": 8},
+        "tokens_seen": 100,
+        "steps": 3,
+        "tokens_per_s": 9.0,
+        "final_val": None,
+        "vocab": {"held_out_coverage": 0.9},
+        "responses": "ablation",
+        "records": 8,
+        "overrides": {"epochs": 10},
+    }
+    metrics = train_metrics({"ablation-epochs10-00008": result}, tmp_path / "artifacts", tmp_path)
+    assert metrics["final"] == "artifacts/drafts/final"
+    assert metrics["drafts"][0]["ablation"] == {"epochs": 10} and metrics["drafts"][0]["responses"] == "ablation"
+    assert summary_rows({"a": result})[0]["changed"] == "epochs=10"
+
+
+@pytest.mark.cuda
+def test_a_few_bf16_training_steps_on_cuda(setup):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    cached = train_draft(config(setup, "cuda", device="cuda", max_steps=4, dtype="bf16"))
+    online = train_draft(config(setup, "cuda-online", device="cuda", max_steps=2, online=True, val=None))
+    for result in (cached, online):
+        assert result["steps"] in (2, 4) and result["ranks_agree"]
+    rows = list(read_jsonl(setup["root"] / "cuda" / "metrics.jsonl"))
+    assert all(math.isfinite(r["loss"]) for r in rows) and [r["step"] for r in rows if r["split"] == "val"] == [3, 4]
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_3(step, row):
+        if step == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train_draft(config(setup, "cuda-killed", device="cuda", max_steps=4, checkpoint_every=2), on_step=kill_at_3)
+    resumed = train_draft(config(setup, "cuda-killed", device="cuda", max_steps=4, checkpoint_every=2, resume=True))
+    assert resumed["steps"] == 4 and resumed["final_val"]["positions"] == cached["final_val"]["positions"]
+    assert load_draft(cached["draft"]).fc.weight.dtype == torch.float32
+
+
+def test_train_runs_exports_drafts_and_the_final_one(setup):
+    from eagle3lab.train.scales import export_final, plan_runs, train_metrics, train_runs
+
+    root, artifacts = setup["root"], setup["root"] / "artifacts"
+    runs, _ = plan_runs("train.jsonl", "train.jsonl", [6, 12], 6, 24, [{"scale": 6, "ttt_length": 2}])
+    settings = dict(
+        target=setup["target"], device="cpu", draft_vocab_size=128, max_steps=1, batch_tokens=600, max_len=160
+    )
+    lines = []
+    results = train_runs(runs, settings, root, artifacts, "val.jsonl", report=lines.append)
+    assert [line.split(":")[0] for line in lines] == [r.name for r in runs]
+    assert results["ablation-tttlength2-00006"]["config"]["ttt_length"] == 2
+    assert results["scale-00012"]["config"]["ttt_length"] == 3 and results["scale-00012"]["data"]["records"] == 12
+    assert export_final(results, artifacts) == "scale-00012"
+    assert (artifacts / "drafts" / "final" / "config.json").exists()
+    names = [d["name"] for d in train_metrics(results, artifacts, root)["drafts"]]
+    assert names == [r.name for r in runs] and all((artifacts / "drafts" / n).is_dir() for n in names)
+
+
+def test_gpu_smollm2_profile_has_the_reference_keys_and_a_valid_experiment():
+    import yaml
+
+    from eagle3lab.paths import ROOT
+    from eagle3lab.train.scales import plan_runs
+
+    reference = yaml.safe_load((ROOT / "params.yaml").read_text())
+    gpu = yaml.safe_load((ROOT / "params" / "gpu-smollm2.yaml").read_text())
+    assert {k: sorted(v) for k, v in gpu.items()} == {k: sorted(v) for k, v in reference.items()}
+    t = gpu["train_draft"]
+    runs, skipped = plan_runs(
+        t["train_data"], t["original_data"], t["scales"], t["original_scale"], 15_000, t["ablations"]
+    )
+    assert skipped == [] and runs[0].records * 100 <= runs[len(t["scales"]) - 1].records == 15_000  # two decades
+    changed = {k for r in runs if r.responses == "ablation" for k in r.overrides}
+    assert changed == {"epochs", "draft_vocab_size", "ttt_length"}
+    assert {r.records for r in runs if r.responses == "ablation"} == {1500} and 1500 in t["scales"]
+    for profile in ("params.yaml", "params/smoke.yaml"):  # the CPU runs train no ablation: their numbers stand
+        assert yaml.safe_load((ROOT / profile).read_text())["train_draft"]["ablations"] == []

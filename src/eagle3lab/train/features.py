@@ -130,13 +130,55 @@ def tokenize_file(path, tokenizer, max_len: int, limit: int | None = None) -> tu
 
 # ---- offline feature cache -----------------------------------------------------------------------------------------
 
+GPU_BATCH_TOKENS = 16384  # padded tokens per target forward when building the cache on a GPU
+
+
+def _groups(rows: list[Tokenized], batch_tokens: int) -> list[list[Tokenized]]:
+    """Records of similar length packed so rows x longest <= batch_tokens (at least one record a group)."""
+    groups = []
+    for r in sorted(rows, key=len):  # ascending: the record joining a group is its longest
+        if groups and len(r) * (len(groups[-1]) + 1) <= batch_tokens:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def record_features(model, rows: list[Tokenized], indices: list[int], on_record=None, batch_tokens: int | None = None):
+    """(aux fp16, final fp16, argmax int32) of each record, on the CPU, in `rows` order. By default one record per
+    forward on the CPU (the reference numbers) and right-padded batches of up to GPU_BATCH_TOKENS on a GPU."""
+    device = next(model.parameters()).device
+    if batch_tokens is None:
+        batch_tokens = 0 if device.type == "cpu" else GPU_BATCH_TOKENS
+    groups = _groups(rows, batch_tokens) if batch_tokens else [[r] for r in rows]
+    found = {}
+    for group in groups:
+        t = max(len(r) for r in group)
+        ids = torch.stack([torch.nn.functional.pad(r.input_ids, (0, t - len(r))) for r in group]).to(device)
+        mask = None
+        if len(group) > 1:
+            mask = (torch.arange(t)[None] < torch.tensor([len(r) for r in group])[:, None]).to(device, torch.long)
+        with torch.no_grad():
+            out = forward_with_aux(model, ids, indices, attention_mask=mask)
+        for b, r in enumerate(group):
+            n = len(r)
+            found[r.index] = (
+                out.aux[b, :n].to(torch.float16).cpu(),
+                out.final[b, :n].to(torch.float16).cpu(),
+                out.logits[b, :n].argmax(-1).to(torch.int32).cpu(),
+            )
+            if on_record is not None:
+                on_record(r)
+    return [found[r.index] for r in rows]
+
 
 def target_fingerprint(target: Target) -> str:
     """Identify the target's weights cheaply: config + a checksum of a slice of the embedding and of the last layer."""
     model = target.model
     emb = model.get_input_embeddings().weight
     last = next(reversed(list(model.parameters())))
-    probe = [float(emb[:64].double().sum()), float(last.double().sum())]
+    # summed on the CPU: the same key whichever device holds the target
+    probe = [float(emb[:64].detach().cpu().double().sum()), float(last.detach().cpu().double().sum())]
     blob = json.dumps([target.spec, model.config.to_dict(), probe], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -210,18 +252,14 @@ class FeatureCache:
         tokens = sum(len(r) for k in todo for r in by_shard.get(k, []))
         indices = self.key["hidden_states_indices"]
         model = target.model
-        device = next(model.parameters()).device
         bar = tqdm(total=tokens, unit="tok", desc="target features", disable=not progress or not tokens)
         for k in todo:
             rows = by_shard.get(k, [])
             aux, final, argmax = [], [], []
-            for r in rows:
-                with torch.no_grad():
-                    out = forward_with_aux(model, r.input_ids[None].to(device), indices)
-                aux.append(out.aux[0].to(torch.float16).cpu())
-                final.append(out.final[0].to(torch.float16).cpu())
-                argmax.append(out.logits[0].argmax(-1).to(torch.int32).cpu())
-                bar.update(len(r))
+            for a, f, m in record_features(model, rows, indices, on_record=lambda r: bar.update(len(r))):
+                aux.append(a)
+                final.append(f)
+                argmax.append(m)
             lengths = torch.tensor([0] + [len(r) for r in rows], dtype=torch.long)
             hidden = model.config.hidden_size
             tensors = {
@@ -290,7 +328,11 @@ def open_cache(
 
 
 def online_features(target: Target, input_ids: torch.Tensor, attention_mask: torch.Tensor, indices: list[int]) -> dict:
-    """The same features computed inside the training step (online mode), for a right-padded batch [B, T]."""
+    """The same features computed inside the training step (online mode), for a right-padded batch [B, T], on the
+    target's device."""
+    device = next(target.model.parameters()).device
     with torch.no_grad():
-        out = forward_with_aux(target.model, input_ids, indices, attention_mask=attention_mask.long())
+        out = forward_with_aux(
+            target.model, input_ids.to(device), indices, attention_mask=attention_mask.to(device, torch.long)
+        )
     return {"aux": out.aux, "final": out.final, "argmax": out.logits.argmax(-1)}
