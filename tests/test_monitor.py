@@ -15,7 +15,7 @@ def write_input(path, n, bad=0):
     with open(path, "w") as f:
         for i in range(n):
             f.write(json.dumps({"id": f"r{i}", "conversations": [{"role": "user", "content": f"question {i}"}]}) + "\n")
-        for i in range(bad):
+        for _ in range(bad):
             f.write('{"id": "bad"\n')
     return path
 

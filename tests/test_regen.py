@@ -10,19 +10,17 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from eagle3lab.regen import run as regen
-from eagle3lab.regen.run import (
-    BatchGenerator,
-    Job,
-    RegenError,
-    RunFiles,
-    Skip,
-    read_inputs,
-    regenerate,
-    transformers_serve,
-    truncate_torn_tail,
-)
+from eagle3lab.io import read_jsonl
+from eagle3lab.regen.batching import BatchGenerator
+from eagle3lab.regen.bench import transformers_serve
+from eagle3lab.regen.cli import main as regen_main
+from eagle3lab.regen.errors import RegenError
+from eagle3lab.regen.files import RunFiles, truncate_torn_tail
+from eagle3lab.regen.inputs import Job, Skip, read_inputs
+from eagle3lab.regen.run import regenerate
+from eagle3lab.serving.processes import free_port
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -99,9 +97,9 @@ def test_local_run_skips_with_reasons_and_accounts(tmp_path, tiny_target, capsys
     assert acc.ok and acc.input == 15 and acc.errors == 0
     assert acc.success + acc.errors + acc.skipped == acc.input
     assert "accounting: input 15 = success 7 + error 0 + skipped 8 [OK]" in capsys.readouterr().out
-    skipped = {r["id"]: r["reason"] for r in map(json.loads, open(tmp_path / "out.skipped.jsonl"))}
+    skipped = {r["id"]: r["reason"] for r in read_jsonl(tmp_path / "out.skipped.jsonl")}
     assert "exceeds the context of 320 tokens" in skipped["long"]
-    kinds = {r["id"]: r["kind"] for r in map(json.loads, open(tmp_path / "out.skipped.jsonl"))}
+    kinds = {r["id"]: r["kind"] for r in read_jsonl(tmp_path / "out.skipped.jsonl")}
     assert kinds == {
         "in:line1": "malformed",
         "in:line2": "malformed",
@@ -113,7 +111,7 @@ def test_local_run_skips_with_reasons_and_accounts(tmp_path, tiny_target, capsys
         "sharegpt@line12": "duplicate",
     }
     assert set(skipped) == {"in:line1", "in:line2", "noconv", "onlyasst", "empty", "long", "badrole", "sharegpt@line12"}
-    rows = {r["id"]: r for r in map(json.loads, open(out))}
+    rows = {r["id"]: r for r in read_jsonl(out)}
     assert set(rows) == {"sharegpt", "leadasst", "sys", "in:line11", "r0", "r1", "r2"}
     r0 = rows["r0"]
     assert [t["role"] for t in r0["conversations"]] == ["user", "assistant"] * 2  # max_turns=2 of 3
@@ -134,7 +132,7 @@ def test_local_run_skips_with_reasons_and_accounts(tmp_path, tiny_target, capsys
     assert progress["status"] == "finished" and progress["input_total"] == 15
     # Without --resume an existing output is refused, and nothing is touched.
     size = out.stat().st_size
-    assert regen.main(["--input", str(path), "--output", str(out), "--target", tiny_target, "--no-progress"]) == 2
+    assert regen_main(["--input", str(path), "--output", str(out), "--target", tiny_target, "--no-progress"]) == 2
     assert "--resume" in capsys.readouterr().err and out.stat().st_size == size
 
 
@@ -160,7 +158,7 @@ def test_second_turn_is_conditioned_on_regenerated_first(tmp_path, tiny_target, 
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_target)
-    for row in map(json.loads, open(tmp_path / "out.jsonl")):
+    for row in read_jsonl(tmp_path / "out.jsonl"):
         conv = row["conversations"]
         assert len(prompts[row["id"]]) == 2
         second = tok.decode(prompts[row["id"]][1])
@@ -271,7 +269,7 @@ def served(tiny_target, tmp_path_factory):
 def test_openai_backend_multi_turn_and_data_parallel(tmp_path, tiny_target, served):
     path = write_rows(tmp_path / "in.jsonl", [chat(i, turns=2) for i in range(4)] + BAD_ROWS[:3])
     out = tmp_path / "out.jsonl"
-    dead = f"127.0.0.1:{regen.free_port()}"  # a second address that is down: the run uses the live one
+    dead = f"127.0.0.1:{free_port()}"  # a second address that is down: the run uses the live one
     result = regenerate(
         path,
         out,
@@ -286,7 +284,7 @@ def test_openai_backend_multi_turn_and_data_parallel(tmp_path, tiny_target, serv
         progress_bar=False,
     )
     assert result.accounting.ok and result.accounting.success == 4 and result.accounting.skipped == 3
-    for row in map(json.loads, open(out)):
+    for row in read_jsonl(out):
         assert [t["role"] for t in row["conversations"]] == ["user", "assistant"] * 2
         assert row["generation"]["backend"] == "openai" and row["generation"]["model"] == tiny_target
         assert len(row["turns"]) == 2 and all(t["new_tokens"] >= 1 for t in row["turns"])
@@ -295,8 +293,8 @@ def test_openai_backend_multi_turn_and_data_parallel(tmp_path, tiny_target, serv
 
 def test_openai_no_server_at_start_is_a_clear_error(tmp_path, capsys):
     path = write_rows(tmp_path / "in.jsonl", [chat(0)])
-    port = regen.free_port()
-    rc = regen.main(
+    port = free_port()
+    rc = regen_main(
         [
             "--backend",
             "openai",
@@ -349,7 +347,7 @@ def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target):
         server.wait(timeout=30)
         stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stderr
-    errors = [json.loads(line) for line in open(tmp_path / "out.errors.jsonl")]
+    errors = list(read_jsonl(tmp_path / "out.errors.jsonl"))
     assert errors and all("gave up after 2 attempts" in e["error"] for e in errors)
     assert f"= success {len(_ids(out))} + error {len(errors)} + skipped 0 [OK]" in stdout
     with transformers_serve(tiny_target, log_path=tmp_path / "serve2.log") as (address, _):
@@ -375,3 +373,107 @@ def test_bad_arguments(tmp_path):
         regenerate(tmp_path / "missing.jsonl", tmp_path / "out.jsonl")
     with pytest.raises(RegenError, match="unknown backend"):
         regenerate(tmp_path / "missing.jsonl", tmp_path / "out.jsonl", backend="vllm")
+
+
+# ---- settings, device and engine -----------------------------------------------------------------------------------
+
+
+def test_cli_defaults_are_the_settings_defaults():
+    """The CLIs are built from the dataclasses: parsing nothing gives exactly the dataclass defaults."""
+    from eagle3lab.options import from_options
+    from eagle3lab.regen.bench import BenchSettings
+    from eagle3lab.regen.bench import build_parser as bench_parser
+    from eagle3lab.regen.cli import build_parser
+    from eagle3lab.regen.settings import RegenSettings
+
+    def settings(*argv):
+        return from_options(build_parser().parse_args(["--input", "i", "--output", "o", *argv]), RegenSettings)
+
+    assert settings() == RegenSettings()
+    assert from_options(bench_parser().parse_args([]), BenchSettings) == BenchSettings()
+    assert (
+        settings("--device", "cpu", "--engine", "continuous").device,
+        settings("--engine", "continuous").engine,
+    ) == (
+        "cpu",
+        "continuous",
+    )
+    flipped = settings("--server-address", "a:1", "b:2", "--no-progress")
+    assert flipped.server_addresses == ["a:1", "b:2"] and flipped.progress_bar is False
+    with pytest.raises(RegenError, match="unknown engine"):
+        RegenSettings(engine="paged")
+
+
+def test_auto_engine_per_device_type_and_override():
+    from eagle3lab.regen.local import pick_engine
+
+    assert pick_engine("auto", torch.device("cpu")) == "batching"
+    assert pick_engine("auto", torch.device("cuda", 0)) == "continuous"
+    assert pick_engine("batching", torch.device("cuda", 0)) == "batching"
+    assert pick_engine("continuous", torch.device("cpu")) == "continuous"
+
+
+def test_kv_budget_defaults_to_every_row_at_full_context(tiny_target):
+    from eagle3lab.models.target import load_target
+    from eagle3lab.regen.inputs import PromptLength
+    from eagle3lab.regen.local import make_engine
+    from eagle3lab.regen.settings import RegenSettings
+
+    t = load_target(tiny_target, dtype="float32")
+    lengths = PromptLength(t.tokenizer, 320, 8)
+    batching = make_engine("batching", t, lengths, RegenSettings(batch_size=3))
+    continuous = make_engine("continuous", t, lengths, RegenSettings(batch_size=3))
+    assert batching.max_batch_tokens == continuous.cache_tokens == 3 * 320
+    explicit = make_engine("continuous", t, lengths, RegenSettings(batch_size=3, max_batch_tokens=5000))
+    assert explicit.cache_tokens == 5000
+
+
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_device_explicit_and_auto_on_cpu(tmp_path, tiny_target, device, monkeypatch):
+    """--device cpu and --device auto (on a machine without CUDA) both regenerate on the CPU with the CPU's engine."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    path = write_rows(tmp_path / "in.jsonl", [chat(i) for i in range(3)])
+    out = tmp_path / "out.jsonl"
+    result = regenerate(
+        path, out, target=tiny_target, dtype="float32", max_new_tokens=4, progress_bar=False, device=device
+    )
+    assert result.accounting.ok and result.accounting.success == 3
+    progress = json.loads((tmp_path / "out.progress.json").read_text())
+    assert (progress["device"], progress["engine"]) == ("cpu", "batching")
+
+
+def test_engines_write_identical_records(tmp_path, tiny_target):
+    """Same input, fp32 greedy: the continuous engine's output file equals the batching engine's, turn by turn."""
+    path = write_rows(tmp_path / "in.jsonl", [chat(i, turns=2) for i in range(5)])
+    records = {}
+    for engine in ("batching", "continuous"):
+        out = tmp_path / f"{engine}.jsonl"
+        result = regenerate(
+            path, out, target=tiny_target, dtype="float32", max_new_tokens=6, engine=engine, progress_bar=False
+        )
+        assert result.accounting.ok and result.accounting.success == 5
+        records[engine] = {r["id"]: r for r in read_jsonl(out)}  # the engines finish records in different orders
+    assert records["continuous"] == records["batching"]
+    assert all(len(r["turns"]) == 2 for r in records["batching"].values())
+
+
+def test_cli_rejects_a_bad_device(tmp_path, tiny_target, capsys):
+    path = write_rows(tmp_path / "in.jsonl", [chat(0)])
+    rc = regen_main(["--input", str(path), "--output", str(tmp_path / "o.jsonl"), "--device", "tpu", "--no-progress"])
+    assert rc == 2 and "device 'tpu'" in capsys.readouterr().err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("engine", ["batching", "continuous"])
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_regeneration_accounts(tmp_path, tiny_target, engine, capsys):
+    """A handful of prompts regenerated on the GPU with each engine; the accounting line closes."""
+    path = write_rows(tmp_path / "in.jsonl", [chat(i, turns=2) for i in range(6)] + ["not json"])
+    out = tmp_path / "out.jsonl"
+    result = regenerate(
+        path, out, target=tiny_target, max_new_tokens=8, device="cuda", engine=engine, progress_bar=False
+    )
+    assert result.accounting.ok and (result.accounting.success, result.accounting.skipped) == (6, 1)
+    assert "accounting: input 7 = success 6 + error 0 + skipped 1 [OK]" in capsys.readouterr().out
+    assert json.loads((tmp_path / "out.progress.json").read_text())["device"].startswith("cuda")

@@ -1,4 +1,5 @@
-"""Continuous batching for a HF causal LM on one device: the decode loop behind `eagle3lab regen --backend local`.
+"""Continuous batching for a HF causal LM on one device: the local backend's decode loop on the CPU (`engine: auto`;
+transformers' paged continuous batching, regen/continuous.py, ran at half its speed there: see regen/local.py).
 
 Measured alternatives that did not pay off here (`eagle3lab regen bench`, 64 ShareGPT prompts, batch 32, bf16): a
 preallocated KV cache written in place plus a grouped one-token attention ran at 204-208 tok/s against 218-225 tok/s
@@ -13,12 +14,31 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from eagle3lab.devices import seeded_generator
+
+PREFILL_TOKENS = 4096  # padded prompt tokens per prefill forward: bounds the activation memory of a prefill
+
 
 @dataclass
 class TurnResult:
     text: str
     finish_reason: str  # "stop" (end of turn) or "length" (max new tokens or the context)
     new_tokens: int
+
+
+def eos_ids(model, tokenizer) -> set[int]:
+    """Every token that ends an answer: the tokenizer's and generation config's EOS and ChatML's <|im_end|>."""
+    ids = set()
+    for value in (
+        tokenizer.eos_token_id,
+        getattr(model.generation_config, "eos_token_id", None),
+        tokenizer.convert_tokens_to_ids("<|im_end|>"),
+    ):
+        if isinstance(value, int) and value != tokenizer.unk_token_id:
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(v for v in value if isinstance(v, int))
+    return ids
 
 
 @dataclass(order=True)
@@ -55,7 +75,7 @@ class BatchGenerator:
         max_context: int | None = None,
         seed: int = 0,
         max_batch_tokens: int = 65536,
-        prefill_tokens: int = 4096,
+        prefill_tokens: int = PREFILL_TOKENS,
         refill_fraction: float = 0.25,
     ):
         import torch
@@ -66,26 +86,12 @@ class BatchGenerator:
         self.max_batch_tokens, self.prefill_tokens = max_batch_tokens, prefill_tokens
         self.refill_at = max(1, int(batch_size * refill_fraction))
         self.device = next(model.parameters()).device
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.eos = self._eos_ids(model, tokenizer)
+        self.generator = seeded_generator(self.device, seed)
+        self.eos = eos_ids(model, tokenizer)
         self._queue: list[_Request] = []
         self._counter = itertools.count()
         self.rows: list[_Row] = []
         self.cache = self.mask = self.pos = self.last = None
-
-    @staticmethod
-    def _eos_ids(model, tokenizer) -> set[int]:
-        ids = set()
-        for value in (
-            tokenizer.eos_token_id,
-            getattr(model.generation_config, "eos_token_id", None),
-            tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        ):
-            if isinstance(value, int) and value != tokenizer.unk_token_id:
-                ids.add(value)
-            elif isinstance(value, (list, tuple)):
-                ids.update(v for v in value if isinstance(v, int))
-        return ids
 
     def submit(self, handle, prompt: list[int]) -> None:
         # int32 arrays: a whole dataset of waiting prompts costs 4 bytes a token, not a Python int each

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3lab.regen.run import ERRORS_SUFFIX, PROGRESS_SUFFIX, SKIPPED_SUFFIX, side_path
+from eagle3lab.regen.files import ERRORS_SUFFIX, PROGRESS_SUFFIX, SKIPPED_SUFFIX, side_path
 
 
 def count_lines(path: Path) -> int:

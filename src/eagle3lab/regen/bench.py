@@ -1,0 +1,178 @@
+"""`eagle3lab regen bench`: regeneration throughput (a command that prints figures, never a test).
+
+On the same seeded ShareGPT prompts: plain batch-1 `generate`, the local backend at batch 1, the local backend with
+each engine (eagle3lab's BatchGenerator, transformers' paged continuous batching), and `transformers serve` through
+the openai backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from eagle3lab.devices import DEVICE_HELP, clock, resolve_device
+from eagle3lab.io import write_jsonl
+from eagle3lab.models.target import DEFAULT_TARGET
+from eagle3lab.options import add_options, from_options, option
+from eagle3lab.regen.errors import RegenError
+from eagle3lab.regen.inputs import PromptLength, SkippedRow, plan_conversation
+from eagle3lab.regen.run import regenerate
+from eagle3lab.regen.settings import DTYPES
+from eagle3lab.serving.processes import ServerError, free_port, start_server, transformers_serve_command
+
+
+@dataclass
+class BenchSettings:
+    n: int = option(64, "prompts for the batched engines")
+    max_new_tokens: int = option(256, "new tokens per answer at most")
+    batch_size: int = option(32, "rows decoded together at most")
+    max_batch_tokens: int = option(65536, "KV-cache budget in tokens (see eagle3lab regen)")
+    baseline_n: int = option(4, "prompts for the batch-1 baselines (0 skips them)")
+    engines: list[str] = option(("batching", "continuous"), "local engines to measure", metavar="ENGINE")
+    serve_n: int = option(16, "prompts through transformers serve (0 skips it)")
+    serve_concurrency: int = option(4, "requests in flight to transformers serve")
+    dtype: str = option("bfloat16", "model dtype", choices=DTYPES)
+    device: str = option("auto", f"where models run: {DEVICE_HELP}")
+    target: str = option(DEFAULT_TARGET, "the model")
+    max_prompt_tokens: int = option(512, "longest prompt sampled, in tokens")
+    workdir: str | None = option(None, "where prompts and outputs go (a temp dir)")
+
+    def __post_init__(self):
+        self.engines = list(self.engines)
+
+
+@contextlib.contextmanager
+def transformers_serve(
+    model_dir: str | os.PathLike,
+    *,
+    port: int | None = None,
+    dtype: str = "auto",
+    device: str = "auto",
+    startup_timeout: float = 180.0,
+    log_path: str | os.PathLike | None = None,
+):
+    """Run `transformers serve MODEL_DIR` on 127.0.0.1; yield (address, process) once /health answers; stop it after."""
+    port = port or free_port()
+    cmd = transformers_serve_command(model_dir, port, dtype, device)
+    try:
+        with start_server(cmd, f"http://127.0.0.1:{port}", startup_timeout, log_path=log_path) as server:
+            yield f"127.0.0.1:{port}", server.process
+    except ServerError as e:
+        raise RegenError(str(e)) from None
+
+
+def bench_prompts(n: int, tokenizer, max_prompt_tokens: int = 512, seed: int = 0) -> list[dict]:
+    """n single-turn ShareGPT prompts (first user turn, at most max_prompt_tokens tokens), a seeded sample."""
+    from eagle3lab.data.sources import load_sharegpt
+
+    records, _ = load_sharegpt()
+    random.Random(seed).shuffle(records)
+    rows = []
+    for rec in records:
+        try:
+            _, users = plan_conversation({"conversations": rec.conversations}, 1)
+        except SkippedRow:
+            continue
+        if len(tokenizer(users[0], add_special_tokens=False)["input_ids"]) <= max_prompt_tokens:
+            rows.append({"id": rec.id, "conversations": [{"role": "user", "content": users[0]}]})
+        if len(rows) == n:
+            break
+    return rows
+
+
+def _hf_batch1(loaded, prompts: list[dict], max_new_tokens: int) -> tuple[int, float]:
+    """Plain batch-1 greedy `generate`, stopping on EOS like the batched engines: (new tokens, seconds)."""
+    import torch
+
+    lengths = PromptLength(loaded.tokenizer, loaded.model.config.max_position_embeddings, max_new_tokens)
+    tokens, seconds = 0, 0.0
+    with torch.inference_mode():
+        for row in prompts:
+            ids = torch.tensor([lengths.ids(row["conversations"])], device=loaded.device)
+            t0 = clock(loaded.device)
+            out = loaded.model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=loaded.tokenizer.eos_token_id,
+            )
+            seconds += clock(loaded.device) - t0
+            tokens += out.shape[1] - ids.shape[1]
+    return tokens, seconds
+
+
+def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
+    """Tokens/s of each way to regenerate the same prompts (see the module doc); returns the figures."""
+    from eagle3lab.models.target import load_target, resolve
+
+    workdir = Path(s.workdir or tempfile.mkdtemp(prefix="regen-bench-"))
+    device = resolve_device(s.device)
+    loaded = load_target(s.target, dtype=s.dtype, device=device)
+    prompts = bench_prompts(s.n, loaded.tokenizer, s.max_prompt_tokens)
+    figures: dict = {**asdict(s), "n": len(prompts), "device": str(device)}
+
+    def local(name: str, rows: list[dict], **overrides):
+        write_jsonl(workdir / f"{name}_prompts.jsonl", rows)
+        result = regenerate(
+            workdir / f"{name}_prompts.jsonl",
+            workdir / f"{name}.jsonl",
+            **{"max_turns": 1, "max_new_tokens": s.max_new_tokens, "dtype": s.dtype, "target": s.target, **overrides},
+            log=log,
+        )
+        figures[f"{name}_tok_s"] = result.tokens_per_s
+        log(f"{name}: {result.tokens} tokens in {result.seconds:.1f} s = {result.tokens_per_s:.1f} tok/s")
+
+    if s.baseline_n:
+        tokens, seconds = _hf_batch1(loaded, prompts[: s.baseline_n], s.max_new_tokens)
+        figures["hf_batch1_tok_s"] = tokens / seconds
+        log(f"hf_batch1 (plain generate): {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.1f} tok/s")
+    del loaded
+    if s.baseline_n:  # the local decode loop one row at a time: separates batching from loop overheads
+        local("local_batch1", prompts[: s.baseline_n], batch_size=1, engine="batching", device=s.device)
+    for engine in s.engines:
+        local(
+            f"local_{engine}",
+            prompts,
+            batch_size=s.batch_size,
+            max_batch_tokens=s.max_batch_tokens,
+            engine=engine,
+            device=s.device,
+        )
+    if s.serve_n:
+        write_jsonl(workdir / "serve_prompts.jsonl", prompts[: s.serve_n])
+        serve = transformers_serve(resolve(s.target), dtype=s.dtype, device=s.device, log_path=workdir / "serve.log")
+        with serve as (address, _):
+            result = regenerate(
+                workdir / "serve_prompts.jsonl",
+                workdir / "serve.jsonl",
+                backend="openai",
+                max_turns=1,
+                max_new_tokens=s.max_new_tokens,
+                server_addresses=[address],
+                concurrency=s.serve_concurrency,
+                target=s.target,
+                log=log,
+            )
+        figures["serve_tok_s"] = result.tokens_per_s
+        log(f"transformers serve (openai backend, concurrency {s.serve_concurrency}): {result.tokens_per_s:.1f} tok/s")
+    log(json.dumps(figures))
+    return figures
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eagle3lab regen bench", description=__doc__.split("\n\n")[0])
+    add_options(p, BenchSettings)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    bench(from_options(build_parser().parse_args(argv), BenchSettings))
+    return 0

@@ -1,0 +1,56 @@
+"""`eagle3lab regen`: regenerate the assistant turns of a ShareGPT-style JSONL with the target; `eagle3lab regen bench`
+measures regeneration throughput.
+
+    eagle3lab regen --backend local --input IN.jsonl --output OUT.jsonl [--resume] [--device auto|cpu|cuda[:N]]
+    eagle3lab regen --backend openai --server-address HOST:PORT ... --input IN.jsonl --output OUT.jsonl
+    eagle3lab regen bench [--device ...] [--engines batching continuous]
+
+Output is appended record by record; --resume continues a killed run; errors and skipped inputs get their own files
+beside OUT, and every run ends by checking success + error + skipped = input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from eagle3lab.devices import DeviceError
+from eagle3lab.io import InputError
+from eagle3lab.options import add_options, from_options
+from eagle3lab.regen.errors import NoServerError, RegenError
+from eagle3lab.regen.run import regenerate
+from eagle3lab.regen.settings import RegenSettings
+
+EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_NO_SERVER = 0, 1, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="eagle3lab regen", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--input", required=True, help="ShareGPT-style JSONL ({id, conversations:[{role, content}]})")
+    p.add_argument("--output", required=True, help="output JSONL; errors/skipped/progress files sit beside it")
+    add_options(p, RegenSettings)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "bench":
+        from eagle3lab.regen import bench
+
+        return bench.main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        result = regenerate(args.input, args.output, from_options(args, RegenSettings))
+    except NoServerError as e:
+        print(f"eagle3lab regen: error: {e}", file=sys.stderr)
+        return EXIT_NO_SERVER
+    except (RegenError, InputError, DeviceError) as e:
+        print(f"eagle3lab regen: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK if result.accounting.ok and not result.accounting.errors and not result.aborted else EXIT_INCOMPLETE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
