@@ -8,7 +8,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from eagle3lab.benchmark.run import load_prompts, main, measure_forward_costs, run_benchmark, to_dataframe
+from eagle3lab.benchmark.costs import measure_forward_costs
+from eagle3lab.benchmark.prompts import load_prompts
+from eagle3lab.benchmark.run import main, run_benchmark, to_dataframe
 from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
 from eagle3lab.models.target import converted_dir, resolve
 
@@ -138,6 +140,10 @@ def test_cli_errors(tiny, capsys):
     assert main(["--target", str(tiny / "target"), "--prompts", str(bad), "--configs", "1,0,0,0", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl: record 2" in err and "'prompt'" in err
+    assert main(base + ["--configs", "1,3,1,4@1.5", "--draft", str(tiny / "draft")]) == 2
+    assert "config '1,3,1,4@1.5': the threshold" in capsys.readouterr().err
+    assert main(base + ["--configs", "1,0,0,0", "--device", "tpu"]) == 2
+    assert "device 'tpu'" in capsys.readouterr().err
 
 
 def test_prompts_and_python_api(tiny):
@@ -162,6 +168,20 @@ def test_prompts_and_python_api(tiny):
     )
     df = to_dataframe(result)
     assert list(df["config"]) == ["1,0,0,0", "1,3,1,4"] * 2 and set(df["set"]) == {"chat", "code"}
+    # an adaptive config is its own system, still lossless
+    adaptive = run_benchmark(
+        target,
+        prompts_file=tiny / "prompts.jsonl",
+        limit=1,
+        max_new_tokens=6,
+        configs=["1,3,1,4", "1,3,1,4@0.2"],
+        drafts=[tiny / "draft"],
+        peers=[],
+        progress=False,
+    )
+    rows = [r for r in adaptive["rows"] if r["set"] == "chat"]
+    assert [(r["config"], r["threshold"]) for r in rows] == [("1,0,0,0", 0.0), ("1,3,1,4", 0.0), ("1,3,1,4@0.2", 0.2)]
+    assert all(r["identical_rate"] == 1.0 for r in rows)
 
 
 def test_forward_costs(tiny):
@@ -173,3 +193,49 @@ def test_forward_costs(tiny):
     costs = measure_forward_costs(target.model, draft, context=40, ks=(1, 4), repeats=2, topk=2)
     assert costs["context"] == 40 and set(costs["verify"]) == {1, 4}
     assert all(v > 0 for v in (costs["target_step"], costs["draft_step"], *costs["verify"].values()))
+
+
+@pytest.mark.cuda
+def test_cuda_benchmark_row(tiny):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    result = run_benchmark(
+        str(tiny / "target"),
+        prompts_file=tiny / "prompts.jsonl",
+        limit=1,
+        max_new_tokens=8,
+        configs=["1,2,1,3", "1,2,2,4"],
+        drafts=[tiny / "draft"],
+        peers=["hf-generate"],
+        device="cuda",
+        progress=False,
+    )
+    assert result["meta"]["device"].startswith("cuda")
+    for row in result["rows"]:
+        assert row["tokens_per_s"] > 0 and row["identical_rate"] == 1.0, row
+
+
+def test_one_renderer_for_engine_and_server_rows():
+    from eagle3lab.benchmark.table import render_rows
+    from eagle3lab.serving.sglang import format_rows
+
+    row = {"set": "mtbench", "system": "sglang-eagle3", "config": "1,3,1,4", "accept_length": None}
+    row |= {"tokens_per_s": 101.25, "throughput_tok_s": 99.5, "speedup_vs_baseline": 1.5}
+    server = format_rows([row])
+    assert server.splitlines()[0].split() == ["set", "system", "config", "accept", "tok/s", "thru", "x", "base"]
+    assert server.splitlines()[2].split() == ["mtbench", "sglang-eagle3", "1,3,1,4", "-", "101.2", "99.5", "1.50"]
+    engine = render_rows([row | {"position_acceptance": [0.5, 0.25], "draft": "d", "time_split": {"draft": 0.25}}])
+    assert "per-position acceptance 0.50 0.25" in engine and "time: draft 25%" in engine
+
+
+def test_cli_defaults_are_run_benchmarks():
+    import inspect
+
+    from eagle3lab.benchmark.run import DEFAULT_CONFIGS, build_parser
+
+    args = vars(build_parser().parse_args([]))
+    signature = inspect.signature(run_benchmark).parameters
+    for name in ("max_new_tokens", "temperature", "repeats", "dtype", "seed", "prompt_lookup_tokens", "device"):
+        assert args[name] == signature[name].default, name
+    assert args["target"] == signature["target"].default and tuple(args["configs"]) == DEFAULT_CONFIGS
+    assert args["sets"].split(",") == list(signature["sets"].default)

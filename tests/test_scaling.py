@@ -7,9 +7,11 @@ from eagle3lab.benchmark.scaling import (
     CostModel,
     cost_model_from_throughput,
     fit_scaling,
+    fit_sets,
     projected_tau_after_more_data,
     saturating,
     size_for,
+    tuned_cost_model,
 )
 
 
@@ -68,3 +70,36 @@ def test_gain_per_doubling_and_whether_the_ceiling_is_identified():
     flat = [saturating(n, 3.0, 20.0, 0.8) + rng.normal(0, 0.02, 30) for n in [10, 30, 100, 300, 1000, 3000]]
     fit = fit_scaling([10, 30, 100, 300, 1000, 3000], flat, ceiling=6.0, boot=20)
     assert fit.ceiling_identified and fit.a == pytest.approx(3.0, abs=0.1)
+
+
+def test_fit_sets_reads_break_even_and_2x_per_set():
+    import pandas as pd
+
+    rng = np.random.default_rng(2)
+    truth = (4.0, 6.0, 0.4)
+    rows = [
+        {"set": name, "id": i, "records": n, "accept_length": saturating(n, *truth) + rng.normal(0, 0.05)}
+        for name in ("mtbench", "gsm8k")
+        for n in (250, 500, 1000, 2000)
+        for i in range(30)
+    ]
+    cost = CostModel(t_target=0.04, t_verify=0.05, t_draft=0.002, steps=5)
+    fits, points, summary = fit_sets(pd.DataFrame(rows), cost, ceiling=6.0, boot=20, seed=0)
+    assert set(fits) == {"mtbench", "gsm8k"} and [s for s, _ in points["gsm8k"]] == [250, 500, 1000, 2000]
+    for row in summary:
+        fit = fits[row["set"]]
+        assert row["records for break-even"] == fit.size_for(cost.break_even_tau)
+        assert row["records for 2x"] == fit.size_for(cost.tau_for_speedup(2))
+        assert row["predicted speedup there"] == pytest.approx(float(cost.speedup(row["accept length there"])))
+
+
+def test_tuned_cost_model_is_the_predicted_round():
+    result = {
+        "costs": {"target_step": 0.04},
+        "winner": {"config": "1,2,1,3", "accept_length": 1.5, "tokens_per_s": 30.0},
+    }
+    cost = tuned_cost_model(result)
+    assert cost.round_cost == pytest.approx(1.5 / 30.0) and cost.steps == 2
+    assert cost.break_even_tau == pytest.approx(1.5 / 30.0 / 0.04)
+    assert float(cost.speedup(1.5)) == pytest.approx(30.0 * 0.04)
+    assert tuned_cost_model(result | {"winner": None}) is None

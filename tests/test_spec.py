@@ -1,4 +1,5 @@
-"""The speculative decoding engine: losslessness, tree masks, cache rollback, rejection sampling, EAGLE mode."""
+"""The speculative decoding engine: losslessness (adaptive drafting included), tree masks, cache rollback,
+rejection sampling, EAGLE mode, the shared ndraft rule, and the same on CUDA when there is one."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import torch
 from scipy.stats import chisquare
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-from eagle3lab.decoding.config import SpecConfig
-from eagle3lab.decoding.engine import Generation, SpecEngine, _Tree, generate, keep_cache_positions
+from eagle3lab.decoding.config import SpecConfig, max_draft_tokens
+from eagle3lab.decoding.engine import Generation, SpecEngine, generate
+from eagle3lab.decoding.tree import DraftTree, keep_cache_positions
 from eagle3lab.models.draft import DraftConfig, Eagle3Draft
 
 CHAIN_AND_TREE = ["1,1,1,2", "1,3,1,4", "1,1,3,3", "1,3,2,5", "1,3,2,8", "1,4,4,12"]
@@ -143,6 +145,48 @@ def test_eos_stops_generation(chaotic):
         assert g.tokens == full[: full.index(eos) + 1] and g.finished_by == "eos"
 
 
+# ---- adaptive drafting ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", ["1,4,1,5", "1,3,2,8", "1,4,4,12"])
+def test_adaptive_drafting_is_lossless_and_drafts_less(repetitive, config):
+    """fp32, chain and tree: with a confidence threshold the output is still plain greedy's, and the draft proposes
+    fewer tokens (the threshold really cuts)."""
+    target, draft = repetitive
+    for prompt in prompts(3, seed=11):
+        base = generate(target, prompt, 40)
+        full = generate(target, prompt, 40, draft=draft, config=config, trace=True)
+        cut = generate(target, prompt, 40, draft=draft, config=config, trace=True, threshold=0.6)
+        assert full.tokens == base.tokens and cut.tokens == base.tokens
+        proposed = [len(r.tokens) for r in cut.rounds]
+        assert min(proposed) < max(len(r.tokens) for r in full.rounds)
+        assert all(c >= 0.6 for r in cut.rounds for c in r.confidence)
+        assert all(0 <= rank < SpecConfig.parse(config).topk for r in cut.rounds for rank in r.ranks)
+
+
+def test_adaptive_drafting_rejects_a_bad_threshold(repetitive):
+    target, draft = repetitive
+    with pytest.raises(ValueError, match="threshold 1.5"):
+        SpecEngine(target, draft, "1,3,1,4", threshold=1.5)
+
+
+@pytest.mark.parametrize("steps,topk", [(1, 1), (4, 1), (1, 3), (2, 2), (3, 2), (3, 4)])
+def test_max_draft_tokens_is_the_engines_full_tree(chaotic, monkeypatch, steps, topk):
+    """decoding.config's bound is what the engine can offer: every candidate it creates (root included) when
+    nothing is pruned, before the best num_draft_tokens - 1 are kept."""
+    from eagle3lab.decoding import engine as module
+
+    target, draft = chaotic
+    bound = max_draft_tokens(steps, topk)
+    engine = SpecEngine(target, draft, SpecConfig(1, steps, topk, bound))
+    created = []
+    real_prune = module.prune
+    monkeypatch.setattr(module, "prune", lambda tree, *a: created.append(len(tree.tokens)) or real_prune(tree, *a))
+    g = engine.generate(prompts(1)[0], 6, trace=True)
+    assert all(len(r.tokens) + 1 == bound for r in g.rounds)
+    assert created == ([] if topk == 1 else [bound] * len(g.rounds))
+
+
 # ---- tree mask and cache rollback --------------------------------------------------------------------------------
 
 
@@ -153,7 +197,7 @@ def _example_tree(vocab):
     parents = [-1, 0, 0, 1, 1, 3]
     depths = [0, 1, 1, 2, 2, 3]
     children = [[1, 2], [3, 4], [], [5], [], []]
-    return _Tree(tokens=tokens, parents=parents, depths=depths, children=children, proposal=[None] * 6)
+    return DraftTree(tokens=tokens, parents=parents, depths=depths, children=children, proposal=[None] * 6)
 
 
 def _branch(tree, node):
@@ -187,7 +231,7 @@ def test_cache_rollback_keeps_exactly_the_accepted_positions(chaotic):
     context = prompts(1)[0]
     n = len(context)
     tree = _example_tree(target.config.vocab_size)
-    chain = _Tree(
+    chain = DraftTree(
         tokens=tree.tokens[:4],
         parents=[-1, 0, 1, 2],
         depths=[0, 1, 2, 3],
@@ -230,7 +274,7 @@ def test_verify_step_distribution_matches_target(chaotic):
         for _ in range(n):
             if kind == "sampled":
                 d = int(torch.multinomial(q, 1, generator=gen))
-                tree = _Tree(
+                tree = DraftTree(
                     tokens=[0, engine.draft_vocab_to_target[d]],
                     parents=[-1, 0],
                     depths=[0, 1],
@@ -238,7 +282,7 @@ def test_verify_step_distribution_matches_target(chaotic):
                     proposal=[None, q],
                 )
             else:
-                tree = _Tree(
+                tree = DraftTree(
                     tokens=[0] + top,
                     parents=[-1, 0, 0, 0],
                     depths=[0, 1, 1, 1],
@@ -270,16 +314,17 @@ def _exact_marginals(target, prompt, temperature):
     return p1, joint12.sum(0), p3
 
 
-@pytest.mark.parametrize("config", ["1,2,1,3", "1,2,2,4"])
-def test_sampling_end_to_end_matches_target_marginals(config):
+@pytest.mark.parametrize("config,threshold", [("1,2,1,3", 0.0), ("1,2,2,4", 0.0), ("1,2,1,3", 0.1), ("1,2,2,4", 0.1)])
+def test_sampling_end_to_end_matches_target_marginals(config, threshold):
     """Whole generations on a tiny model (vocab 24, draft vocab 12): the empirical marginals of tokens 2 and 3,
-    which pass through draft proposals, acceptance and residual sampling, match the target's exact marginals."""
+    which pass through draft proposals, acceptance and residual sampling, match the target's exact marginals, with
+    and without adaptive drafting."""
     target = tiny_target(init=0.15, vocab=24, layers=4, hidden=32)
     draft = copying_draft(target, draft_vocab=12)
     prompt = prompts(1, vocab=24, length=6)[0]
     temperature = 1.5
     exact = _exact_marginals(target, prompt, temperature)
-    engine = SpecEngine(target, draft, config)
+    engine = SpecEngine(target, draft, config, threshold=threshold)
     n = 700
     counts = torch.zeros(3, 24)
     accepted = 0
@@ -320,7 +365,7 @@ def test_eagle_mode_skips_fc_and_uses_the_target_head(repetitive):
     _, out = draft(torch.tensor([prompt[1:] + [first]]), final, torch.arange(len(prompt))[None])
     head = target.lm_head.weight[: draft.config.draft_vocab_size]
     expected = int(draft.draft_to_target(torch.nn.functional.linear(draft.norm(out[0, -1]), head).argmax()))
-    assert wrong.rounds[0][0][0] == expected
+    assert wrong.rounds[0].tokens[0] == expected
     # the same trained draft: accepted under EAGLE3, useless under EAGLE, and both lossless
     assert wrong.tokens == right.tokens
     assert right.accept_length > 1.5 and wrong.accept_length < 1.2
@@ -354,7 +399,7 @@ def test_accept_length_accounting(repetitive):
 
 @pytest.mark.slow
 def test_lossless_smollm2_random_draft():
-    from eagle3lab.benchmark.run import encode_chat
+    from eagle3lab.benchmark.prompts import encode_chat
     from eagle3lab.models.target import load_target
 
     target = load_target()
@@ -370,3 +415,25 @@ def test_lossless_smollm2_random_draft():
     for config in ("1,3,1,4", "1,3,2,6"):
         spec = generate(target.model, prompt, 24, draft=draft, config=config)
         assert spec.tokens == base.tokens, config
+
+
+# ---- CUDA --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("config", ["1,3,1,4", "1,3,2,8"])
+def test_cuda_engine_equals_plain_greedy_fp32(config):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    target = tiny_target(init=0.05)
+    draft = copying_draft(target)
+    target, draft = target.cuda(), draft.cuda()
+    for prompt in prompts(2, seed=11):
+        ref = target.generate(
+            torch.tensor([prompt], device="cuda"), max_new_tokens=32, do_sample=False, min_new_tokens=32
+        )
+        for threshold in (0.0, 0.5):
+            spec = generate(target, prompt, 32, draft=draft, config=config, threshold=threshold)
+            assert spec.tokens == ref[0, len(prompt) :].tolist(), (config, threshold)
+        sampled = generate(target, prompt, 8, draft=draft, config=config, temperature=1.0, seed=0)
+        assert len(sampled.tokens) == 8

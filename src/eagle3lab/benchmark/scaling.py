@@ -173,3 +173,42 @@ def projected_tau_after_more_data(fit: ScalingFit, tau_now: float, factor: float
     """
     gain = float(fit.predict(at_size * factor) / fit.predict(at_size))
     return tau_now * gain
+
+
+def fit_sets(per_prompt, cost: CostModel, *, ceiling: float, boot: int, seed: int):
+    """Fit accept length against data size for each prompt set of `per_prompt` (a DataFrame with set, id, records,
+    accept_length; one draft per size) and read off break-even and 2x. Returns (fits, points, summary rows)."""
+    fits, points, rows = {}, {}, []
+    for set_name, group in per_prompt.groupby("set"):
+        matrix = group.pivot_table(index="records", columns="id", values="accept_length").sort_index()
+        fit = fit_scaling(matrix.index.tolist(), matrix.values.tolist(), ceiling=ceiling, boot=boot, seed=seed)
+        fits[set_name], points[set_name] = fit, list(zip(matrix.index, matrix.mean(axis=1)))
+        largest_tau = float(matrix.mean(axis=1).iloc[-1])
+        rows.append(
+            {
+                "set": set_name,
+                "gain per doubling": fit.gain_per_doubling,
+                "90% interval (gain)": fit.gain_per_doubling_interval,
+                "ceiling identified": fit.ceiling_identified,
+                "ceiling a": fit.a,
+                "exponent c": fit.c,
+                "records for break-even": fit.size_for(cost.break_even_tau),
+                "90% interval": fit.size_for_interval(cost.break_even_tau),
+                "records for 2x": fit.size_for(cost.tau_for_speedup(2)),
+                "largest measured": matrix.index.max(),
+                "accept length there": largest_tau,
+                "predicted speedup there": float(cost.speedup(largest_tau)),
+            }
+        )
+    return fits, points, rows
+
+
+def tuned_cost_model(tune_result: dict) -> CostModel | None:
+    """The round cost `tune` predicted for its chosen config (adaptive ones included: their mean round), as a
+    CostModel; None when the answer was not to speculate."""
+    winner = tune_result.get("winner")
+    if not winner:
+        return None
+    steps = int(winner["config"].split(",")[1])
+    baseline_tok_s = 1.0 / tune_result["costs"]["target_step"]
+    return cost_model_from_throughput(baseline_tok_s, winner["tokens_per_s"], winner["accept_length"], steps)

@@ -50,8 +50,15 @@ class SpecConfig:
         return max_draft_tokens(self.steps, self.topk)
 
     def validate(self) -> None:
+        """What this package's engine runs: batch 1, and a valid shape."""
         if self.batch_size != 1:
             raise ValueError(f"config {self.label}: batch size {self.batch_size} is not supported yet (only 1)")
+        self.validate_shape()
+
+    def validate_shape(self) -> None:
+        """SGLang's rule for steps/topk/ndraft, whatever the batch (requests in flight on a server)."""
+        if self.batch_size < 1:
+            raise ValueError(f"config {self.label}: batch size must be >= 1")
         if self.steps == 0:
             if self.topk or self.num_draft_tokens:
                 raise ValueError(f"config {self.label}: with 0 steps (no speculation) topk and ndraft must be 0")
@@ -70,3 +77,14 @@ class SpecConfig:
 
 
 BASELINE = SpecConfig(1, 0, 0, 0)
+
+
+def valid_configs(max_steps: int, max_topk: int, max_ndraft: int):
+    """Every valid speculative SpecConfig with steps <= max_steps, topk <= max_topk, ndraft <= max_ndraft (batch 1),
+    by the rule above: `tune`'s search space."""
+    for steps in range(1, max_steps + 1):
+        for topk in range(1, max_topk + 1):
+            low = steps + 1 if topk == 1 else 2
+            high = steps + 1 if topk == 1 else min(max_draft_tokens(steps, topk), max_ndraft)
+            for ndraft in range(low, min(high, max_ndraft) + 1):
+                yield SpecConfig(1, steps, topk, ndraft)

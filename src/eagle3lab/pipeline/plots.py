@@ -47,3 +47,63 @@ def scaling_figure(fits: dict, points: dict, *, break_even_tau: float, two_x_tau
     fig.text(0.01, 0.005, caption, fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
+
+
+def acceptance_figure(rows: list[dict], system: str, caption: str):
+    """Per-position acceptance of each config of `system` (left) and where its wall time goes (right)."""
+    import pandas as pd
+
+    mine = [r for r in rows if r["system"] == system and r["draft"]]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+    for config in dict.fromkeys(r["config"] for r in mine):
+        positions = pd.DataFrame([r["position_acceptance"] for r in mine if r["config"] == config]).mean()
+        a.plot(range(1, len(positions) + 1), positions, marker="o", label=config)
+    a.set(
+        xlabel="draft position",
+        ylabel="share of rounds accepting it",
+        ylim=(0, 1),
+        title=f"per-position acceptance, {system}",
+    )
+    a.legend(title="bs,steps,topk,ndraft[@threshold]")
+    split = pd.DataFrame([{"config": r["config"], **r["time_split"]} for r in mine if r["time_split"]])
+    split.groupby("config").mean().plot.barh(stacked=True, ax=b)
+    b.set(xlabel="share of wall time", title="where the time goes")
+    fig.suptitle(caption, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def throughput_figure(rows: list[dict], title: str):
+    """Tokens/s of every system and config, one bar per evaluation set."""
+    import pandas as pd
+
+    pivot = pd.DataFrame(rows).pivot_table(index=["system", "config"], columns="set", values="tokens_per_s")
+    ax = pivot.plot.barh(figsize=(10, 0.4 * len(pivot) + 1.5))
+    ax.set(xlabel="tokens/s", title=title)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def tune_figure(compared: list[dict], caption: str):
+    """Predicted speedup (`tune.predicted_vs_measured` rows) against the measured one (diagonal: a perfect model)."""
+    ranked = [r for r in compared if r["measured_speedup"] is not None]
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    for r in ranked:
+        ax.scatter(r["speedup"], r["measured_speedup"], zorder=3)
+        ax.annotate(
+            r["label"], (r["speedup"], r["measured_speedup"]), fontsize=8, xytext=(4, 4), textcoords="offset points"
+        )
+    values = [v for r in ranked for v in (r["speedup"], r["measured_speedup"])] or [1.0]
+    lo, hi = min(values + [1.0]) - 0.05, max(values + [1.0]) + 0.05
+    ax.plot([lo, hi], [lo, hi], color="k", lw=1, ls="--")
+    ax.axhline(1.0, color="grey", lw=1, ls=":")
+    ax.set(
+        xlim=(lo, hi),
+        ylim=(lo, hi),
+        xlabel="predicted speedup",
+        ylabel="measured speedup",
+        title="tune: model vs measurement",
+    )
+    fig.text(0.01, 0.005, caption, fontsize=7, va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig

@@ -169,6 +169,23 @@ def _benchmark(b: dict) -> str:
             rows,
         )
         + "\n\n![acceptance](figures/benchmark_acceptance.png)\n"
+        + _tuned(b.get("tuned"))
+    )
+
+
+def _tuned(t: dict | None) -> str:
+    """`tune`'s choice for the final draft and its model against the measurement (absent before issue 12)."""
+    if not t:
+        return ""
+    rows = [
+        [r["label"], r["accept_length"], r["speedup"], r["measured_accept_length"], r["measured_speedup"]]
+        for r in t["predicted_vs_measured"]
+    ]
+    launch = f"SGLang flags `{' '.join(t['launch'][-6:])}` (doctor exit {t['doctor_exit_code']})" if t["launch"] else ""
+    return (
+        f"\nTuned (`eagle3lab tune`): **{t['decision']}** {launch}.\n\n"
+        + _table(["config", "predicted accept", "predicted speedup", "measured accept", "measured speedup"], rows)
+        + "\n\n![tune](figures/benchmark_tune.png)\n"
     )
 
 
@@ -211,6 +228,12 @@ def _scaling(s: dict) -> str:
         + f"{s['config']}): "
         + ", ".join(f"{r['set']} {r['regenerated']:.2f} vs {r['original']:.2f}" for r in s["regenerated_vs_original"])
         + ".\n\n![scaling](figures/scaling_accept_length.png)\n"
+        + (
+            f"\nTuned config {s['tuned']['config']}: a round costs {s['tuned']['round_ms']:.1f} ms, break-even accept "
+            f"length **{s['tuned']['break_even_tau']:.2f}**, 2x needs **{s['tuned']['tau_for_2x']:.2f}**.\n"
+            if s.get("tuned")
+            else ""
+        )
     )
 
 
@@ -285,8 +308,14 @@ def headline(metrics: Path) -> list[tuple[str, str, float]]:
                 add(f"{label} at its best config: vs baseline", "speed", row["speedup_vs_baseline"])
             elif row["system"] not in ("baseline", *drafts):
                 add(f"{label}: vs baseline", "speed", row["speedup_vs_baseline"])
+        for r in (b.get("tuned") or {}).get("predicted_vs_measured", []):
+            if r["label"] == b["tuned"]["config"]:  # named "tuned", not by config, like "best" above
+                add("benchmark tuned config: predicted speedup", "speed", r["speedup"])
+                add("benchmark tuned config: measured speedup", "speed", r["measured_speedup"])
     if c := _load(metrics, "scaling"):
         add("scaling break-even accept length", "speed", c["break_even_tau"])
+        if c.get("tuned"):
+            add("scaling break-even accept length, tuned config", "speed", c["tuned"]["break_even_tau"])
         for name, fit in c["fits"].items():
             add(f"scaling {name}: gain per doubling", "quality", fit.get("gain_per_doubling"))
     return figures
