@@ -82,3 +82,14 @@ def test_modules_and_functions_stay_small_or_say_why():
                 if size > FUNCTION_LINES and not said:
                     too_long.append(f"{where}:{node.lineno} {node.name}(): {size} lines")
     assert not too_long, "split these or give a '# long: reason' comment:\n" + "\n".join(too_long)
+
+
+def test_papermill_reads_every_declared_parameter():
+    """Papermill parses the parameters cell itself: a comment it misreads (an `=` in it, say) loses the parameter."""
+    from papermill.translators import PythonTranslator
+
+    from eagle3lab.pipeline.stages import declared_parameters
+
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        cell = next(c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
+        assert [p.name for p in PythonTranslator.inspect(cell)] == list(declared_parameters(path)), path.name

@@ -9,15 +9,16 @@ import sys
 COMMANDS = {
     "data": ("eagle3lab.data.fetch", "main", "fetch and verify the pinned raw data archives into data/"),
     "regen": (
-        "eagle3lab.regen.run",
+        "eagle3lab.regen.cli",
         "main",
         "regenerate responses with the target (local or OpenAI-compatible server)",
     ),
     "monitor": ("eagle3lab.regen.monitor", "main", "show progress of a regeneration run from its files"),
-    "train": ("eagle3lab.train.loop", "main", "train an EAGLE-3 draft"),
+    "train": ("eagle3lab.train.cli", "main", "train an EAGLE-3 draft"),
     "bench": ("eagle3lab.benchmark.run", "main", "benchmark drafts against the baseline and peers"),
+    "tune": ("eagle3lab.benchmark.tune", "main", "pick steps/topk/ndraft for a draft from its acceptance and costs"),
     "doctor": (
-        "eagle3lab.doctor.core",
+        "eagle3lab.doctor.cli",
         "main",
         "check an SGLang launch line, a draft and a server for a bypassed draft",
     ),
