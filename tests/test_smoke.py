@@ -24,7 +24,9 @@ def test_dvc_stages_match_the_notebooks():
 def test_every_stage_runs_on_tiny_params(tmp_path):
     smoke.run(smoke.pipeline_stages(), smoke.prepare_root(tmp_path))
     metrics = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics").glob("*.json")}
-    assert set(metrics) == {"survey", "regen", "train", "benchmark", "scaling", "diagnosis"}
+    assert set(metrics) == {"survey", "regen", "train", "benchmark", "tune", "scaling", "diagnosis"}
+    # stage 04 tunes the final draft: a decision, and the tuned config benchmarked beside the fixed ones
+    assert metrics["tune"]["decision"] and "tuned" in metrics["benchmark"]
     for stage in smoke.pipeline_stages():
         assert list((tmp_path / "reports").glob(f"*_{stage}.ipynb")), f"no executed notebook for {stage}"
     # the wrong flag is caught by the doctor and, measured, contributes nothing
