@@ -100,6 +100,9 @@ def test_costs_file_round_trip_and_errors(tmp_path):
     good.write_text(json.dumps({"target_step": 0.04, "verify": {"1": 0.04, "4": 0.05}, "draft_step": 0.002}))
     costs = read_costs(good)
     assert costs["verify"] == {1: 0.04, 4: 0.05} and "other" not in costs  # tune measures it then
+    result = tmp_path / "tune-on-gpu.json"  # a tune result from another machine carries its measured costs
+    result.write_text(json.dumps({"decision": "1,2,1,3", "costs": {**json.loads(good.read_text()), "other": 0.001}}))
+    assert read_costs(result)["verify"] == costs["verify"] and read_costs(result)["other"] == 0.001
     cases = {
         "missing field 'draft_step'": {"target_step": 0.04, "verify": {"1": 0.04}},
         "field 'target_step'": {"target_step": -1, "verify": {"1": 0.04}, "draft_step": 0.002},

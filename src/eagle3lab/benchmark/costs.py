@@ -1,7 +1,7 @@
 """Per-forward costs on this machine, the inputs of the speedup model (`scaling.CostModel`, `tune`): a target decode
 step, a target verify of k tokens (k = 1..32), a draft step, and what a round spends outside the models. Measured here
-(CUDA-synchronised medians on a rolled-back cache) or read from a JSON file, e.g. numbers from `eagle3lab sglang
-bench` on a GPU server:
+(CUDA-synchronised medians on a rolled-back cache) or read from a JSON file: a `tune` result from another machine
+(`eagle3lab tune --device cuda` on the GPU box writes its measured costs under "costs"), or numbers of your own:
 
     {"target_step": 0.0376, "verify": {"1": 0.0376, "2": 0.039, ..., "32": 0.07}, "draft_step": 0.0023, "other": 0.001}
 """
@@ -123,6 +123,8 @@ def read_costs(path) -> dict:
         raw = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not JSON ({e})") from None
+    if isinstance(raw, dict) and isinstance(raw.get("costs"), dict):  # a `tune` result: its measured costs
+        raw = raw["costs"]
     return parse_costs(raw, path) | {"source": str(path)}
 
 
