@@ -59,3 +59,28 @@ def tiny_target(tmp_path_factory):
         initializer_range=0.3,
     )
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def project_draft(tmp_path_factory):
+    """A tiny random draft in the project's export format, with its target's config beside it."""
+    from transformers import LlamaConfig
+
+    from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
+
+    root = tmp_path_factory.mktemp("drafted")
+    tcfg = LlamaConfig(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
+    tcfg.save_pretrained(root / "target")
+    torch.manual_seed(0)
+    model = Eagle3Draft(DraftConfig.from_target(tcfg, draft_vocab_size=100))
+    model.set_vocab(torch.arange(100) * 3)
+    return root / "target", save_draft(model, root / "draft")

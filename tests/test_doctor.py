@@ -20,7 +20,6 @@ from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR, OK, WARNING
 from eagle3lab.doctor.launch import parse_launch
 from eagle3lab.regen.bench import transformers_serve
-from tiny import save_tiny_chat_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 ROOT = Path(__file__).resolve().parents[1]
@@ -621,27 +620,8 @@ def test_unreachable_server_is_a_finding_not_a_traceback(capsys):
 # ---- the project's own draft format (eagle3lab.models.draft.save_draft) ------------------------------------------
 
 
-def test_project_draft_wrong_and_fixed(tmp_path):
-    from transformers import LlamaConfig
-
-    from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
-
-    tcfg = LlamaConfig(
-        vocab_size=320,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
-    target = tmp_path / "target"
-    tcfg.save_pretrained(target)
-    torch.manual_seed(0)
-    model = Eagle3Draft(DraftConfig.from_target(tcfg, draft_vocab_size=100))
-    model.set_vocab(torch.arange(100) * 3)
-    draft = save_draft(model, tmp_path / "draft")
+def test_project_draft_wrong_and_fixed(project_draft):
+    target, draft = project_draft
     wrong = (
         f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE "
         f"--speculative-draft-model-path {draft}"
@@ -659,21 +639,9 @@ def test_project_draft_wrong_and_fixed(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def transformers_server(tmp_path_factory):
+def transformers_server(tiny_target):
     """`transformers serve` on a tiny random Llama with SmolLM2's tokenizer, on a free 127.0.0.1 port."""
-    folder = save_tiny_chat_model(
-        tmp_path_factory.mktemp("served") / "tiny",
-        vocab_size=49152,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=512,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-    )
+    folder = Path(tiny_target)
     with transformers_serve(folder, log_path=folder.parent / "serve.log") as (address, _):
         yield f"http://{address}"
 

@@ -21,7 +21,6 @@ from eagle3lab.serving.bench import add_speedups, bench_server
 from eagle3lab.serving.client import ServerError
 from eagle3lab.serving.launch import command_for_config, launch_command, parse_config
 from eagle3lab.serving.processes import free_port, start_server, transformers_serve_command
-from tiny import save_tiny_chat_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 PROFILE = paths.ROOT / "params" / "gpu-llama3-8b.yaml"
@@ -116,31 +115,6 @@ def test_transformers_serve_command_takes_a_device():
     assert cmd[1:3] == ["serve", "/m"] and cmd[cmd.index("--device") + 1] == "cpu"
     auto = transformers_serve_command("/m", 8000)
     assert auto[auto.index("--device") + 1] == ("cuda:0" if torch.cuda.is_available() else "cpu")
-
-
-@pytest.fixture(scope="module")
-def project_draft(tmp_path_factory):
-    """A tiny random draft in the project's export format, with its target's config beside it."""
-    from transformers import LlamaConfig
-
-    from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
-
-    root = tmp_path_factory.mktemp("drafted")
-    tcfg = LlamaConfig(
-        vocab_size=320,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
-    tcfg.save_pretrained(root / "target")
-    torch.manual_seed(0)
-    model = Eagle3Draft(DraftConfig.from_target(tcfg, draft_vocab_size=100))
-    model.set_vocab(torch.arange(100) * 3)
-    return root / "target", save_draft(model, root / "draft")
 
 
 def test_doctor_passes_our_command_and_flags_eagle(project_draft):
@@ -308,30 +282,10 @@ def test_add_speedups_by_set_and_batch():
 # ---- a real server process: `transformers serve` -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    path = save_tiny_chat_model(
-        tmp_path_factory.mktemp("served") / "tiny",
-        vocab_size=49152,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=320,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-        tie_word_embeddings=False,
-        initializer_range=0.3,
-    )
-    return str(path)
-
-
-def test_start_server_waits_for_health_benches_and_stops(tiny_model, tmp_path):
+def test_start_server_waits_for_health_benches_and_stops(tiny_target, tmp_path):
     port = free_port()
     exe = Path(sys.executable).with_name("transformers")
-    cmd = [str(exe), "serve", tiny_model, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [str(exe), "serve", tiny_target, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)]
     url = f"http://127.0.0.1:{port}"
     with start_server(cmd, url, timeout=240, log_path=tmp_path / "serve.log") as server:
         assert server.process.poll() is None
@@ -340,7 +294,7 @@ def test_start_server_waits_for_health_benches_and_stops(tiny_model, tmp_path):
             url,
             [{"id": "q", "set": "mtbench", "messages": [{"role": "user", "content": "Hello"}]}],
             8,
-            model=tiny_model,
+            model=tiny_target,
         )
     assert server.process.poll() is not None  # stopped, with its whole process group
     with pytest.raises(httpx.TransportError):
