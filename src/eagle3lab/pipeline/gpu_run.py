@@ -1,0 +1,271 @@
+"""The GPU profile on one offline CUDA box inside a fixed wall-clock budget (the borrowed H200: 10 minutes a command).
+
+Phases, each stopped at its deadline: install the kit from `pipeline.gpu_kit`; the CUDA tests; both regeneration
+engines on the same prompts (the faster one regenerates); params/gpu-smollm2.yaml sized to the time left (`size`);
+stages 01-04 in a scratch root; and, whatever happened before, the export to --out: run.json (every phase's status
+and seconds, the sizing, the engine figures), results.tar.gz (metrics, figures, executed notebooks, logs, the
+params that ran) and the best drafts (bf16, no embedding, shards under 16 MB). Stages 05-06 need no GPU: run them
+on the results here. Imports stay light (stdlib and yaml) until the kit is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from eagle3lab import paths
+from eagle3lab.pipeline.smoke import prepare_root
+
+PROFILE = paths.ROOT / "params" / "gpu-smollm2.yaml"
+GPU_STAGES = ("dataset_survey", "regenerate", "train_draft", "benchmark")
+# Seconds the fixed-size stages get; regeneration and training share the rest (REGEN_SHARE to regeneration).
+FIXED_SECONDS = {"dataset_survey": 60, "benchmark": 150, "export": 30}
+REGEN_SHARE = 0.4
+# Training tokens a conversation costs an epoch at TTT length 3: prompt + answer, ~480 (1,486 regenerated
+# conversations = 712k tokens, ../shared/drafts/README.md); a TTT step costs about as much again as the first.
+TRAIN_TOKENS_PER_CONVERSATION = 480
+# The benchmark on the box: the accept-length yardstick over every draft, the rest on MT-bench only.
+BENCHMARK_ON_BOX = {"sets": ["mtbench"], "limit": 4, "tune_limit": 4, "peers": ["hf-generate"], "sweep_limit": 12}
+EXPORTED_DRAFTS = 2  # the best and the largest-data draft: 8 files, 64 MiB in all, come back at most
+
+
+@dataclass
+class Phase:
+    name: str
+    status: str  # ok, failed, timeout, skipped
+    seconds: float
+    detail: str = ""
+
+
+def generated_per_conversation(metrics: Path = paths.METRICS) -> float:
+    """New tokens a 2-turn regenerated conversation takes, from the committed reference run (metrics/regen.json)."""
+    regen = json.loads((metrics / "regen.json").read_text())
+    return regen["new_tokens"] / max(1, regen["success"])
+
+
+def training_cost(records: int, epochs: int, ttt_length: int) -> float:
+    """Token-equivalents of training one draft: TTT length 3 costs 1 a token, 7 about 2 (the profile's sizing)."""
+    return records * TRAIN_TOKENS_PER_CONVERSATION * epochs * (ttt_length + 1) / 4
+
+
+def plan_cost(section: dict, regenerated: int) -> float:
+    """Training cost of stage train_draft's plan when `regenerated` conversations exist."""
+    base = {"epochs": section["epochs"], "ttt_length": section["ttt_length"]}
+    runs = [(regenerated if s == "all" else s, {}) for s in section["scales"]]
+    runs.append((section["original_scale"], {}))
+    runs += [(a["scale"], a) for a in section.get("ablations") or []]
+    return sum(
+        training_cost(n, **{k: lever.get(k, v) for k, v in base.items()}) for n, lever in runs if n <= regenerated
+    )
+
+
+def size(params: dict, seconds: float, regen_tok_s: float, train_tok_s: float, engine: str) -> tuple[dict, dict]:
+    """The profile cut to `seconds` of stages: regenerate what REGEN_SHARE of the free time allows at the measured
+    speed, then drop ablations (last first) and shrink the largest scale until training fits the rest.
+    Returns the params and the sizing record."""
+    params = copy.deepcopy(params)
+    free = max(0.0, seconds - sum(FIXED_SECONDS.values()))
+    regen_s, train_s = free * REGEN_SHARE, free * (1 - REGEN_SHARE)
+    limit = max(1, int(regen_s * regen_tok_s / generated_per_conversation()))
+    limit = min(limit, params["regenerate"].get("limit") or limit)  # never more than the profile asks
+    train = params["train_draft"]
+    budget = train_s * train_tok_s
+    while train.get("ablations") and plan_cost(train, limit) > budget:
+        train["ablations"] = train["ablations"][:-1]
+    while limit > 150 and plan_cost(train, limit) > budget:
+        limit = int(limit * 0.9)
+    params["regenerate"].update(limit=limit, engine=engine)
+    params["benchmark"].update(BENCHMARK_ON_BOX)
+    record = {
+        "stage_seconds": seconds,
+        "regen_seconds": regen_s,
+        "train_seconds": train_s,
+        "regen_tok_s": regen_tok_s,
+        "train_tok_s_assumed": train_tok_s,
+        "regen_limit": limit,
+        "planned_train_tokens": plan_cost(train, limit),
+        "ablations": train.get("ablations") or [],
+    }
+    return params, record
+
+
+def run_phase(name: str, argv: list[str], seconds: float, log: Path, env: dict | None = None, cwd=None) -> Phase:
+    """Run argv (output to `log`) for at most `seconds`; on the deadline its whole process group is killed."""
+    start = time.monotonic()
+    if seconds < 1:
+        return Phase(name, "skipped", 0.0, "no time left")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        try:
+            code = proc.wait(timeout=seconds)
+            status, detail = ("ok" if code == 0 else "failed"), f"exit {code}"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            status, detail = "timeout", f"stopped after {seconds:.0f} s"
+    return Phase(name, status, round(time.monotonic() - start, 1), detail)
+
+
+def last_json_line(log: Path) -> dict | None:
+    for line in reversed(log.read_text(errors="replace").splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def join_pieces(kit: Path, into: Path) -> list[Path]:
+    """Files gpu_kit.split cut (NAME.000, NAME.001, ...) joined again into `into`."""
+    joined: dict[str, Path] = {}
+    for piece in sorted(kit.glob("*.[0-9][0-9][0-9]")):
+        whole = joined.setdefault(piece.stem, into / piece.stem)
+        with open(whole, "wb" if piece.suffix == ".000" else "ab") as out:
+            out.write(piece.read_bytes())
+    return list(joined.values())
+
+
+def install(kit: Path, work: Path) -> dict:
+    """Wheels into work/site, the target's wheel joined from its pieces, data/ unpacked, the notebook kernel
+    registered; returns the environment the later phases run in."""
+    work.mkdir(parents=True, exist_ok=True)
+    site, wheels = work / "site", [*sorted(kit.glob("*.whl")), *join_pieces(kit, work)]
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade"]
+    subprocess.run([*pip, "--target", str(site), *map(str, wheels)], check=True)
+    if not paths.DATA.exists() and (kit / "data.tar.xz").exists():
+        with tarfile.open(kit / "data.tar.xz") as tar:
+            tar.extractall(paths.ROOT, filter="data")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(paths.ROOT / "src")]), PYTHONUNBUFFERED="1")
+    env["JUPYTER_PATH"] = str(work / "jupyter" / "share" / "jupyter")
+    kernel = [sys.executable, "-m", "ipykernel", "install", "--prefix", str(work / "jupyter"), "--name", "eagle3lab"]
+    subprocess.run(kernel, check=True, env=env, stdout=subprocess.DEVNULL)
+    return env
+
+
+def drafts_to_export(root: Path, count: int = EXPORTED_DRAFTS) -> list[str]:
+    """Draft names, best first: by MT-bench accept length in stage 04's sweep (when it finished), then the final
+    (largest regenerated) draft."""
+    train, bench = root / "metrics" / "train.json", root / "metrics" / "benchmark.json"
+    if not train.exists():
+        return []
+    record = json.loads(train.read_text())
+    regenerated = [d for d in record["drafts"] if d["responses"] == "regenerated"]
+    names = []
+    if bench.exists():
+        rows = [r for r in json.loads(bench.read_text())["sweep"]["rows"] if r["draft"] and r["set"] == "mtbench"]
+        names += [r["system"] for r in sorted(rows, key=lambda r: -r["accept_length"])]
+    names += [d["name"] for d in sorted(regenerated, key=lambda d: -d["records"])]
+    return list(dict.fromkeys(names))[:count]
+
+
+def export(root: Path, work: Path, out: Path, env: dict) -> list[str]:
+    """The best drafts into out/drafts (in a child process: torch loads only there), everything else in one archive."""
+    out.mkdir(parents=True, exist_ok=True)
+    names = drafts_to_export(root)
+    if names:
+        script = (
+            "import sys, torch\nfrom eagle3lab.models.draft import load_draft, save_draft\n"
+            "for src, dst in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+            "    save_draft(load_draft(src), dst, dtype=torch.bfloat16, max_shard_bytes=16_000_000, "
+            "with_embedding=False)\n"
+        )
+        folders = [str(a) for n in names for a in (root / "artifacts" / "drafts" / n, out / "drafts" / n)]
+        subprocess.run([sys.executable, "-c", script, *folders], check=True, env=env)
+    with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
+        for name in ("metrics", "figures", "reports", "params.yaml"):
+            if (root / name).exists():
+                tar.add(root / name, arcname=name)
+        for log in sorted((root / "artifacts" / "train").glob("*/metrics.jsonl")):
+            tar.add(log, arcname=str(log.relative_to(root)))
+        tar.add(work / "logs", arcname="logs")
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.gpu_run", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="what must come back (the device tool's $OUT)")
+    parser.add_argument("--kit", type=Path, default=None, help="the carried kit (omit where everything is installed)")
+    parser.add_argument("--budget", type=float, default=540, help="wall seconds for everything, export included")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/eagle3lab-gpu"), help="scratch folder")
+    parser.add_argument("--device", default="cuda", help="cuda, or cpu for a rehearsal")
+    parser.add_argument("--params", type=Path, default=PROFILE, help="the profile to size")
+    parser.add_argument("--train-tok-s", type=float, default=90_000, help="training speed assumed when sizing")
+    parser.add_argument("--bench-n", type=int, default=512, help="prompts per engine in the regeneration bench")
+    args = parser.parse_args(argv)
+    return run(args)
+
+
+def cuda_test_files(tests: Path = paths.ROOT / "tests") -> list[str]:
+    """Only the test files that hold CUDA tests: the others import what the box need not have (a server's stack)."""
+    return sorted(str(f) for f in tests.glob("test_*.py") if "pytest.mark.cuda" in f.read_text())
+
+
+def regen_engine(figures: dict | None) -> tuple[str, float]:
+    """The faster local engine in the regeneration bench's figures and its tok/s (auto, 0 when none ran)."""
+    speeds = {e: (figures or {}).get(f"local_{e}_tok_s") or 0.0 for e in ("batching", "continuous")}
+    best = max(speeds, key=speeds.get)
+    return (best, speeds[best]) if speeds[best] else ("auto", 0.0)
+
+
+def run(args) -> int:  # long: the phases in order, each bounded by what is left of the budget
+    deadline, start = time.monotonic() + args.budget, time.monotonic()
+
+    def left(reserve: float = 0.0) -> float:
+        return deadline - time.monotonic() - reserve
+
+    logs, root, python = args.work / "logs", args.work / "root", [sys.executable, "-m"]
+    phases: list[Phase] = []
+    report: dict = {"budget_s": args.budget, "device": args.device}
+    env = dict(os.environ, PYTHONPATH=str(paths.ROOT / "src"), PYTHONUNBUFFERED="1")
+    if args.kit:
+        env = install(args.kit, args.work)
+        phases.append(Phase("install", "ok", round(time.monotonic() - start, 1)))
+    if args.device.startswith("cuda"):
+        tests = [*python, "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", *cuda_test_files()]
+        phases.append(run_phase("cuda_tests", tests, min(150, left(300)), logs / "cuda_tests.log", env))
+    bench_log = logs / "regen_bench.log"
+    bench = [*python, "eagle3lab.cli", "regen", "bench", "--device", args.device, "--n", str(args.bench_n)]
+    bench += ["--batch-size", "512", "--max-batch-tokens", "1048576", "--serve-n", "0", "--baseline-n", "0"]
+    bench += ["--workdir", str(args.work / "regen-bench")]
+    phases.append(run_phase("regen_bench", bench, min(120, left(240)), bench_log, env))
+    report["regen_bench"] = last_json_line(bench_log) if bench_log.exists() else None
+    engine, regen_tok_s = regen_engine(report["regen_bench"])
+    profile = yaml.safe_load(args.params.read_text())
+    sized, report["sizing"] = size(profile, left(), regen_tok_s or 3000.0, args.train_tok_s, engine)
+    sized["common"]["device"] = args.device
+    (args.work / "params.yaml").write_text(yaml.safe_dump(sized, sort_keys=False))
+    stage_env = dict(env, EAGLE3LAB_ROOT=str(prepare_root(root, args.work / "params.yaml")))
+    for stage in GPU_STAGES:
+        if phases[-1].name in GPU_STAGES and phases[-1].status != "ok":  # each stage reads the last one's output
+            phases.append(Phase(stage, "skipped", 0.0, f"{phases[-1].name} did not finish"))
+            continue
+        argv = [*python, "eagle3lab.pipeline.stages", stage]
+        phases.append(run_phase(stage, argv, left(FIXED_SECONDS["export"]), logs / f"{stage}.log", stage_env, root))
+    t0 = time.monotonic()
+    try:
+        report["exported_drafts"] = export(root, args.work, args.out, stage_env)
+        phases.append(Phase("export", "ok", round(time.monotonic() - t0, 1)))
+    except Exception as e:  # run.json must still say what happened
+        phases.append(Phase("export", "failed", round(time.monotonic() - t0, 1), repr(e)))
+    report |= {"wall_s": round(time.monotonic() - start, 1), "phases": [asdict(p) for p in phases]}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "run.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+    return 0 if all(p.status == "ok" for p in phases) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The offline GPU run's kit (pipeline.gpu_kit) and driver (pipeline.gpu_run): everything but the GPU itself."""
+
+import json
+import sys
+
+import pytest
+import torch
+import yaml
+
+from eagle3lab.pipeline import gpu_kit, gpu_run
+
+
+def profile():
+    return yaml.safe_load(gpu_run.PROFILE.read_text())
+
+
+def test_sizing_regenerates_what_the_measured_speed_allows_and_keeps_the_profile_shape():
+    fast, record = gpu_run.size(profile(), 400, regen_tok_s=30_000, train_tok_s=10**9, engine="continuous")
+    slow, _ = gpu_run.size(profile(), 400, regen_tok_s=3_000, train_tok_s=10**9, engine="batching")
+    assert fast["regenerate"]["limit"] > slow["regenerate"]["limit"] > 0
+    free = 400 - sum(gpu_run.FIXED_SECONDS.values())
+    expected = int(free * gpu_run.REGEN_SHARE * 3_000 / gpu_run.generated_per_conversation())
+    assert slow["regenerate"]["limit"] == expected and slow["regenerate"]["engine"] == "batching"
+    # unlimited training speed: every ablation stays; the box's benchmark is cut to MT-bench
+    assert fast["train_draft"]["ablations"] == profile()["train_draft"]["ablations"] == record["ablations"]
+    assert fast["benchmark"]["sets"] == ["mtbench"] and fast["benchmark"]["sweep_config"] == "1,5,1,6"
+    assert set(fast) == set(profile()) and all(set(fast[k]) == set(profile()[k]) for k in fast)
+
+
+def test_sizing_drops_ablations_last_first_then_shrinks_the_largest_scale():
+    params = profile()
+    regen = 30_000
+    full, _ = gpu_run.size(params, 400, regen, 10**9, "continuous")
+    limit = full["regenerate"]["limit"]
+    without_last = dict(params["train_draft"], ablations=params["train_draft"]["ablations"][:-1])
+    budget_s = (400 - sum(gpu_run.FIXED_SECONDS.values())) * (1 - gpu_run.REGEN_SHARE)
+    speed = gpu_run.plan_cost(without_last, limit) / budget_s  # exactly fits once the last ablation is gone
+    cut, record = gpu_run.size(params, 400, regen, speed, "continuous")
+    assert cut["train_draft"]["ablations"] == without_last["ablations"] and cut["regenerate"]["limit"] == limit
+    tiny, record = gpu_run.size(params, 400, regen, speed / 100, "continuous")
+    assert tiny["train_draft"]["ablations"] == [] and tiny["regenerate"]["limit"] < limit
+    assert record["planned_train_tokens"] <= budget_s * speed / 100 or tiny["regenerate"]["limit"] <= 150
+
+
+def test_sizing_never_regenerates_more_than_the_profile_asks():
+    params = profile()
+    params["regenerate"]["limit"] = 40
+    sized, _ = gpu_run.size(params, 400, 30_000, 10**9, "continuous")
+    assert sized["regenerate"]["limit"] == 40
+
+
+def test_plan_cost_counts_only_runs_the_data_allows_and_weighs_the_levers():
+    section = {"scales": [100, "all"], "original_scale": 50, "epochs": 3, "ttt_length": 3, "ablations": []}
+    per = gpu_run.TRAIN_TOKENS_PER_CONVERSATION * 3
+    assert gpu_run.plan_cost(section, 80) == pytest.approx((80 + 50) * per)  # 100 is more than exists
+    section["ablations"] = [{"scale": 80, "epochs": 10}, {"scale": 80, "ttt_length": 7}]
+    extra = 80 * gpu_run.TRAIN_TOKENS_PER_CONVERSATION * (10 + 3 * 2)
+    assert gpu_run.plan_cost(section, 80) == pytest.approx((80 + 50) * per + extra)
+
+
+def test_a_phase_past_its_deadline_is_stopped_with_its_children(tmp_path):
+    marker = tmp_path / "child-survived"
+    script = f"sh -c 'sleep 3; touch {marker}' & sleep 30"
+    phase = gpu_run.run_phase("slow", ["sh", "-c", script], 1, tmp_path / "log")
+    assert phase.status == "timeout"
+    done = gpu_run.run_phase("fails", ["sh", "-c", "echo boom; exit 3"], 30, tmp_path / "log")
+    assert (done.status, done.detail) == ("failed", "exit 3") and "boom" in (tmp_path / "log").read_text()
+    assert gpu_run.run_phase("late", ["true"], 0, tmp_path / "log").status == "skipped"
+    gpu_run.run_phase("wait", ["sleep", "4"], 30, tmp_path / "log")
+    assert not marker.exists()  # the killed group's grandchild never got to run on
+
+
+def test_engine_choice_takes_the_faster_measured_engine(tmp_path):
+    log = tmp_path / "bench.log"
+    figures = {"local_batching_tok_s": 3000.0, "local_continuous_tok_s": 31000.0}
+    log.write_text("progress...\n" + json.dumps(figures) + "\n")
+    assert gpu_run.regen_engine(gpu_run.last_json_line(log)) == ("continuous", 31000.0)
+    assert gpu_run.regen_engine(None) == ("auto", 0.0)
+
+
+def test_only_files_with_cuda_tests_are_collected_on_the_box():
+    files = {f.rsplit("/", 1)[1] for f in gpu_run.cuda_test_files()}
+    assert {"test_spec.py", "test_train.py", "test_regen.py"} <= files and "test_doctor.py" not in files
+
+
+def test_kit_carries_what_the_box_lacks_at_our_pins():
+    carried = gpu_kit.carried_packages()
+    from importlib.metadata import version
+
+    assert {"transformers", "tokenizers", "gguf", "datasets", "papermill", "ipykernel", "pyzmq"} <= set(carried)
+    assert carried["transformers"] == version("transformers")
+    assert not {"numpy", "pandas", "pyarrow", "huggingface-hub", "requests"} & set(carried)
+
+
+def test_split_files_join_back_and_carries_respect_their_limit(tmp_path):
+    blob = tmp_path / "model.whl"
+    blob.write_bytes(bytes(range(256)) * 40)  # 10,240 bytes
+    pieces = gpu_kit.split(blob, tmp_path / "pieces", 4000)
+    assert [p.name for p in pieces] == ["model.whl.000", "model.whl.001", "model.whl.002"]
+    small = tmp_path / "small.whl"
+    small.write_bytes(b"x" * 1500)
+    carries = gpu_kit.fill_carries([*pieces, small], tmp_path / "kit", 5000)
+    assert all(sum(f.stat().st_size for f in c.iterdir()) <= 5000 for c in carries) and len(carries) == 3
+    kit = tmp_path / "together"
+    kit.mkdir()
+    for c in carries:
+        for f in c.iterdir():
+            f.rename(kit / f.name)
+    (joined,) = gpu_run.join_pieces(kit, tmp_path)
+    assert joined.read_bytes() == blob.read_bytes()
+    with pytest.raises(ValueError, match="more than one carry"):
+        gpu_kit.fill_carries([blob], tmp_path / "kit2", 5000)
+    calls = gpu_kit.device_commands(carries, tmp_path)
+    assert len(calls) == 3 and "gpu_run" in calls[-1] and "gpu_run" not in calls[0]
+
+
+def test_export_writes_the_best_drafts_small_in_bf16_without_the_embedding_and_the_results(tmp_path, project_draft):
+    import tarfile
+
+    from eagle3lab.models.draft import load_draft
+
+    _, draft = project_draft
+    root, work, out = tmp_path / "root", tmp_path / "work", tmp_path / "out"
+    (root / "artifacts" / "drafts").mkdir(parents=True)
+    for name in ("scale-00100", "scale-00050", "ablation-epochs10-00050"):
+        (root / "artifacts" / "drafts" / name).symlink_to(draft)
+    (root / "metrics").mkdir()
+    drafts = [{"name": f"scale-{n:05d}", "responses": "regenerated", "records": n} for n in (50, 100)]
+    drafts.append({"name": "ablation-epochs10-00050", "responses": "ablation", "records": 50})
+    train = {"final": "artifacts/drafts/final", "drafts": drafts}
+    (root / "metrics" / "train.json").write_text(json.dumps(train))
+    (work / "logs").mkdir(parents=True)
+    (work / "logs" / "stage.log").write_text("ran")
+    env = {"PYTHONPATH": ":".join(sys.path)}
+    assert gpu_run.drafts_to_export(root) == ["scale-00100", "scale-00050"]  # no sweep yet: most data first
+    sweep = [
+        {"set": "mtbench", "system": d["name"], "draft": "x", "accept_length": a} for d, a in zip(drafts, (1, 2, 3))
+    ]
+    sweep.append({"set": "mtbench", "system": "baseline", "draft": None, "accept_length": 1.0})
+    (root / "metrics" / "benchmark.json").write_text(json.dumps({"sweep": {"rows": sweep}}))
+    assert gpu_run.export(root, work, out, env) == ["ablation-epochs10-00050", "scale-00100"]
+    exported = out / "drafts" / "scale-00100"
+    assert all(f.stat().st_size < 16_000_000 for f in exported.iterdir())
+    loaded = load_draft(exported, target=torch.zeros(320, 64))
+    assert json.loads((exported / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    original = load_draft(draft).fc.weight
+    assert torch.equal(loaded.fc.weight.to(original.dtype), original.to(torch.bfloat16).to(original.dtype))
+    with tarfile.open(out / "results.tar.gz") as tar:
+        assert {"metrics/train.json", "metrics/benchmark.json", "logs/stage.log"} <= set(tar.getnames())
