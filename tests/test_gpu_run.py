@@ -7,6 +7,7 @@ import pytest
 import torch
 import yaml
 
+from eagle3lab.io import write_json
 from eagle3lab.pipeline import gpu_kit, gpu_run
 
 
@@ -75,7 +76,8 @@ def test_engine_choice_takes_the_faster_measured_engine(tmp_path):
     figures = {"local_batching_tok_s": 3000.0, "local_continuous_tok_s": 31000.0}
     log.write_text("progress...\n" + json.dumps(figures) + "\n")
     assert gpu_run.regen_engine(gpu_run.last_json_line(log)) == ("continuous", 31000.0)
-    assert gpu_run.regen_engine(None) == ("auto", 0.0)
+    assert gpu_run.regen_engine({"local_batching_tok_s": 900.0}) == ("batching", 900.0)
+    assert gpu_run.regen_engine({}) == gpu_run.FALLBACK_ENGINE  # neither engine finished
 
 
 def test_only_files_with_cuda_tests_are_collected_on_the_box():
@@ -114,31 +116,54 @@ def test_split_files_join_back_and_carries_respect_their_limit(tmp_path):
     assert len(calls) == 3 and "gpu_run" in calls[-1] and "gpu_run" not in calls[0]
 
 
-def test_export_writes_the_best_drafts_small_in_bf16_without_the_embedding_and_the_results(tmp_path, project_draft):
-    import tarfile
-
-    from eagle3lab.models.draft import load_draft
-
+@pytest.fixture
+def finished_run(tmp_path, project_draft):
+    """A scratch root as stage 04 leaves it (three drafts, their metrics) and its logs."""
     _, draft = project_draft
-    root, work, out = tmp_path / "root", tmp_path / "work", tmp_path / "out"
+    root, work = tmp_path / "root", tmp_path / "work"
     (root / "artifacts" / "drafts").mkdir(parents=True)
     for name in ("scale-00100", "scale-00050", "ablation-epochs10-00050"):
         (root / "artifacts" / "drafts" / name).symlink_to(draft)
     (root / "metrics").mkdir()
-    drafts = [{"name": f"scale-{n:05d}", "responses": "regenerated", "records": n} for n in (50, 100)]
-    drafts.append({"name": "ablation-epochs10-00050", "responses": "ablation", "records": 50})
-    train = {"final": "artifacts/drafts/final", "drafts": drafts}
-    (root / "metrics" / "train.json").write_text(json.dumps(train))
+    drafts = [
+        {"name": f"scale-{n:05d}", "responses": "regenerated", "records": n, "tokens": n * 500} for n in (50, 100)
+    ]
+    drafts.append({"name": "ablation-epochs10-00050", "responses": "ablation", "records": 50, "tokens": 25000})
+    for d in drafts:
+        d |= {"tokens_per_s": 1e5, "final_val": {"acc_pos": [0.5, 0.4, 0.3]}, "overrides": {}}
+    write_json(root / "metrics" / "train.json", {"final": "artifacts/drafts/final", "drafts": drafts})
+    write_json(
+        root / "metrics" / "regen.json",
+        {
+            "success": 100,
+            "new_tokens": 34800,
+            "tokens_per_s": 31000.0,
+            "engine": "continuous",
+            "accounting": "100 = 100 + 0 + 0",
+        },
+    )
     (work / "logs").mkdir(parents=True)
     (work / "logs" / "stage.log").write_text("ran")
-    env = {"PYTHONPATH": ":".join(sys.path)}
+    return root, work, draft, drafts
+
+
+def test_export_writes_the_best_drafts_small_in_bf16_without_the_embedding_and_the_results(tmp_path, finished_run):
+    import tarfile
+
+    from eagle3lab.models.draft import load_draft
+
+    root, work, draft, drafts = finished_run
+    out = tmp_path / "out"
     assert gpu_run.drafts_to_export(root) == ["scale-00100", "scale-00050"]  # no sweep yet: most data first
     sweep = [
         {"set": "mtbench", "system": d["name"], "draft": "x", "accept_length": a} for d, a in zip(drafts, (1, 2, 3))
     ]
     sweep.append({"set": "mtbench", "system": "baseline", "draft": None, "accept_length": 1.0})
-    (root / "metrics" / "benchmark.json").write_text(json.dumps({"sweep": {"rows": sweep}}))
-    assert gpu_run.export(root, work, out, env) == ["ablation-epochs10-00050", "scale-00100"]
+    write_json(root / "metrics" / "benchmark.json", {"sweep": {"config": "1,5,1,6", "rows": sweep}})
+    assert gpu_run.export(root, work, out, {"PYTHONPATH": ":".join(sys.path)}) == [
+        "ablation-epochs10-00050",
+        "scale-00100",
+    ]
     exported = out / "drafts" / "scale-00100"
     assert all(f.stat().st_size < 16_000_000 for f in exported.iterdir())
     loaded = load_draft(exported, target=torch.zeros(320, 64))
@@ -147,3 +172,39 @@ def test_export_writes_the_best_drafts_small_in_bf16_without_the_embedding_and_t
     assert torch.equal(loaded.fc.weight.to(original.dtype), original.to(torch.bfloat16).to(original.dtype))
     with tarfile.open(out / "results.tar.gz") as tar:
         assert {"metrics/train.json", "metrics/benchmark.json", "logs/stage.log"} <= set(tar.getnames())
+
+
+def test_adopt_commits_the_best_draft_with_its_provenance_and_feeds_the_readme(tmp_path, finished_run):
+    from eagle3lab.models.draft import load_draft
+    from eagle3lab.pipeline import gpu_adopt, report
+
+    root, work, _, drafts = finished_run
+    sweep = [
+        {"set": "mtbench", "system": d["name"], "draft": "x", "accept_length": a}
+        for d, a in zip(drafts, (1.5, 2.1, 1.2))
+    ]
+    bench = {"sweep": {"config": "1,5,1,6", "rows": sweep}, "final": {"meta": {"target": "smollm2-135m-instruct"}}}
+    write_json(root / "metrics" / "benchmark.json", bench)
+    out = tmp_path / "out"
+    names = gpu_run.export(root, work, out, {"PYTHONPATH": ":".join(sys.path)})
+    run = {
+        "budget_s": 540,
+        "exported_drafts": names,
+        "kit": {"commit": "abc1234def", "dirty": False},
+        "hardware": "NVIDIA H200, torch 2.11",
+        "regen_bench": {"n": 512, "local_batching_tok_s": 3000.0},
+        "phases": [{"name": "train_draft", "status": "ok", "seconds": 100.0, "detail": ""}],
+    }
+    write_json(out / "run.json", run)
+    repo = tmp_path / "repo"
+    folder = gpu_adopt.adopt(out, repo)
+    assert folder.name == "smollm2-gpu-scale-00100"  # the best accept length on the yardstick
+    made = json.loads((folder / "provenance.json").read_text())
+    assert made["commit"] == "abc1234def" and made["data"]["conversations"] == 100
+    assert made["metrics"]["accept_length_mtbench_1,5,1,6"] == 2.1
+    load_draft(folder, target=torch.zeros(320, 64))
+    text = report.render(repo / "metrics")
+    assert "GPU run (NVIDIA H200" in text and "batching 3,000 tok/s" in text and "| 2.10 |" in text
+    with pytest.raises(ValueError, match="no draft was exported"):
+        write_json(out / "run.json", run | {"exported_drafts": []})
+        gpu_adopt.adopt(out, repo)

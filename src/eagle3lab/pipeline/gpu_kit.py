@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as metadata
+import json
 import re
 import shutil
 import subprocess
@@ -133,7 +134,17 @@ def build(kit: Path, data: Path = paths.DATA) -> list[Path]:
     files += split(target_wheel, staging / "pieces", room)
     carries = fill_carries(files, kit, room)
     shutil.rmtree(staging)
+    (carries[-1] / "kit.json").write_text(json.dumps(provenance()))
     return carries
+
+
+def provenance(root: Path = paths.ROOT) -> dict:
+    """The commit the kit was packed at (gpu_run copies it into run.json; gpu_adopt into the draft's provenance)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def device_commands(carries: list[Path], root: Path = paths.ROOT) -> list[str]:

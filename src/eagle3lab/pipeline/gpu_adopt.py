@@ -1,0 +1,131 @@
+"""Bring a GPU run (what `pipeline.gpu_run` left in the device's $OUT) into the repository: its metrics and figures
+under metrics/gpu and figures/gpu (README's GPU section is rendered from them by `pipeline.report`), and its best
+draft under drafts/ with provenance.json, for `benchmark.third_party_drafts` so the CPU `make repro` benchmarks it.
+
+    python -m eagle3lab.pipeline.gpu_adopt RESULTS   # RESULTS: the folder the device call's files came back to
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+from eagle3lab import paths
+from eagle3lab.io import atomic_path, write_json
+
+YARDSTICK = ("mtbench", "1,5,1,6")  # issue 11's goal: accept length 2.0 or more there
+
+
+def adopt(results: Path, root: Path = paths.ROOT) -> Path:
+    """Unpack `results` into root; returns the committed draft's folder."""
+    run = json.loads((results / "run.json").read_text())
+    if not run.get("exported_drafts"):
+        raise ValueError(f"{results / 'run.json'}: no draft was exported; phases: {run['phases']}")
+    metrics, figures = root / "metrics" / "gpu", root / "figures" / "gpu"
+    with tarfile.open(results / "results.tar.gz") as tar:
+        for member in tar.getmembers():
+            top, _, rest = member.name.partition("/")
+            if member.isfile() and top in ("metrics", "figures") and "/" not in rest:
+                folder = metrics if top == "metrics" else figures
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / rest).write_bytes(tar.extractfile(member).read())
+    write_json(metrics / "run.json", run)
+    best = run["exported_drafts"][0]
+    target = json.loads((metrics / "benchmark.json").read_text())["final"]["meta"]["target"]
+    folder = root / "drafts" / f"{target.split('-')[0]}-gpu-{best}"
+    with atomic_path(folder) as tmp:
+        shutil.copytree(results / "drafts" / best, tmp)
+        write_json(tmp / "provenance.json", provenance(run, metrics, best))
+    return folder
+
+
+def provenance(run: dict, metrics: Path, name: str) -> dict:
+    train = json.loads((metrics / "train.json").read_text())
+    record = next(d for d in train["drafts"] if d["name"] == name)
+    regen = json.loads((metrics / "regen.json").read_text())
+    return {
+        "draft": name,
+        "commit": run.get("kit", {}).get("commit"),
+        "command": "python -m eagle3lab.pipeline.gpu_kit, then the device calls it prints (pipeline.gpu_run)",
+        "hardware": run.get("hardware"),
+        "data": {
+            "responses": record["responses"],
+            "conversations": record["records"],
+            "tokens_trained": record["tokens"],
+            "regeneration": regen["accounting"],
+        },
+        "recipe": record.get("overrides") or "the profile's shared settings (params.yaml in metrics/gpu/run.json)",
+        "metrics": {
+            "held_out_top1_per_ttt_step": (record.get("final_val") or {}).get("acc_pos"),
+            "accept_length_" + "_".join(YARDSTICK): yardstick(metrics).get(name),
+        },
+        "sizing": run.get("sizing"),
+        "format": "SGLang LlamaForCausalLMEagle3, bf16, embed_tokens left out (load_draft restores it from the target)",
+    }
+
+
+def yardstick(metrics: Path) -> dict[str, float]:
+    """Draft name -> accept length on the yardstick's set and config, from stage 04's sweep."""
+    bench = json.loads((metrics / "benchmark.json").read_text())
+    rows = bench["sweep"]["rows"] if bench["sweep"]["config"] == YARDSTICK[1] else []
+    return {r["system"]: r["accept_length"] for r in rows if r["draft"] and r["set"] == YARDSTICK[0]}
+
+
+def section(metrics: Path, table) -> str:
+    """README's GPU section from metrics/gpu (`table` is report's table renderer)."""
+    run = json.loads((metrics / "run.json").read_text())
+    phases = ", ".join(f"{p['name']} {p['status']} {p['seconds']:.0f} s" for p in run["phases"])
+    bench = run.get("regen_bench") or {}
+    engines = ", ".join(
+        f"{e} {bench[f'local_{e}_tok_s']:,.0f} tok/s"
+        for e in ("batching", "continuous")
+        if bench.get(f"local_{e}_tok_s")
+    )
+    parts = [
+        f"### GPU run ({run.get('hardware')}, commit {run.get('kit', {}).get('commit', '?')[:7]})\n",
+        f"`python -m eagle3lab.pipeline.gpu_run` inside {run['budget_s']:.0f} s: {phases}.\n",
+    ]
+    if engines:
+        parts.append(f"Regeneration engines on the same {bench.get('n')} prompts (batch 512): {engines}.")
+    regen = metrics / "regen.json"
+    if regen.exists():
+        r = json.loads(regen.read_text())
+        parts.append(
+            f"Regenerated {r['success']:,} conversations ({r['engine']} engine): {r['new_tokens']:,} tokens at "
+            f"**{r['tokens_per_s']:,.0f} tok/s**. Accounting: `{r['accounting']}`.\n"
+        )
+    train = metrics / "train.json"
+    if train.exists():
+        accept = yardstick(metrics) if (metrics / "benchmark.json").exists() else {}
+        rows = [
+            [
+                d["name"],
+                d["responses"],
+                d["records"],
+                d["tokens"],
+                d["tokens_per_s"],
+                ", ".join(f"{a:.2f}" for a in (d["final_val"] or {}).get("acc_pos", [])),
+                accept.get(d["name"]),
+            ]
+            for d in json.loads(train.read_text())["drafts"]
+        ]
+        header = ["draft", "responses", "conversations", "tokens", "train tok/s", "held-out top-1 per TTT step"]
+        parts.append(table([*header, f"accept length, {' at '.join(YARDSTICK)} (goal 2.0)"], rows) + "\n")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.gpu_adopt", description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=Path, help="the folder the GPU run's files came back to")
+    folder = adopt(parser.parse_args(argv).results)
+    print(f"{folder}: add '{folder.relative_to(paths.ROOT)}' to benchmark.third_party_drafts in params.yaml, then")
+    print("make repro (the CPU pipeline benchmarks it) and python -m eagle3lab.pipeline.report (README's GPU section)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
