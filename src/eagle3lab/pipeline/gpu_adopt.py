@@ -47,6 +47,7 @@ def provenance(run: dict, metrics: Path, name: str) -> dict:
     train = json.loads((metrics / "train.json").read_text())
     record = next(d for d in train["drafts"] if d["name"] == name)
     regen = json.loads((metrics / "regen.json").read_text())
+    config, accept = yardstick(metrics)
     return {
         "draft": name,
         "commit": run.get("kit", {}).get("commit"),
@@ -61,18 +62,18 @@ def provenance(run: dict, metrics: Path, name: str) -> dict:
         "recipe": record.get("overrides") or "the profile's shared settings (params.yaml in metrics/gpu/run.json)",
         "metrics": {
             "held_out_top1_per_ttt_step": (record.get("final_val") or {}).get("acc_pos"),
-            "accept_length_" + "_".join(YARDSTICK): yardstick(metrics).get(name),
+            f"accept_length_{YARDSTICK[0]}_{config}": accept.get(name),
         },
         "sizing": run.get("sizing"),
         "format": "SGLang LlamaForCausalLMEagle3, bf16, embed_tokens left out (load_draft restores it from the target)",
     }
 
 
-def yardstick(metrics: Path) -> dict[str, float]:
-    """Draft name -> accept length on the yardstick's set and config, from stage 04's sweep."""
-    bench = json.loads((metrics / "benchmark.json").read_text())
-    rows = bench["sweep"]["rows"] if bench["sweep"]["config"] == YARDSTICK[1] else []
-    return {r["system"]: r["accept_length"] for r in rows if r["draft"] and r["set"] == YARDSTICK[0]}
+def yardstick(metrics: Path) -> tuple[str, dict[str, float]]:
+    """Stage 04's sweep: its config, and draft name -> accept length on the yardstick's set."""
+    sweep = json.loads((metrics / "benchmark.json").read_text())["sweep"]
+    rows = {r["system"]: r["accept_length"] for r in sweep["rows"] if r["draft"] and r["set"] == YARDSTICK[0]}
+    return sweep["config"], rows
 
 
 def section(metrics: Path, table) -> str:
@@ -100,7 +101,8 @@ def section(metrics: Path, table) -> str:
         )
     train = metrics / "train.json"
     if train.exists():
-        accept = yardstick(metrics) if (metrics / "benchmark.json").exists() else {}
+        config, accept = yardstick(metrics) if (metrics / "benchmark.json").exists() else (YARDSTICK[1], {})
+        goal = " (goal 2.0)" if config == YARDSTICK[1] else ""
         rows = [
             [
                 d["name"],
@@ -114,7 +116,7 @@ def section(metrics: Path, table) -> str:
             for d in json.loads(train.read_text())["drafts"]
         ]
         header = ["draft", "responses", "conversations", "tokens", "train tok/s", "held-out top-1 per TTT step"]
-        parts.append(table([*header, f"accept length, {' at '.join(YARDSTICK)} (goal 2.0)"], rows) + "\n")
+        parts.append(table([*header, f"accept length, {YARDSTICK[0]} at {config}{goal}"], rows) + "\n")
     return "\n".join(parts)
 
 
