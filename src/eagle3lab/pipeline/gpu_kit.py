@@ -158,7 +158,8 @@ def device_commands(carries: list[Path], root: Path = paths.ROOT) -> list[str]:
             step += (
                 " && PYTHONPATH=src PYTHONUNBUFFERED=1 python3 -m eagle3lab.pipeline.gpu_run --kit /root/kit --out $OUT"
             )
-        calls.append(f"carry [{rel}]: {step}")
+        limit = " (timeout_s 600; gpu_run keeps to its --budget, 570 s)" if k == len(carries) - 1 else ""
+        calls.append(f"carry [{rel}]{limit}: {step}")
     return calls
 
 
