@@ -28,19 +28,27 @@ def test_sizing_regenerates_what_the_measured_speed_allows_and_keeps_the_profile
     assert set(fast) == set(profile()) and all(set(fast[k]) == set(profile()[k]) for k in fast)
 
 
-def test_sizing_drops_ablations_last_first_then_shrinks_the_largest_scale():
-    params = profile()
-    regen = 30_000
-    full, _ = gpu_run.size(params, 400, regen, 10**9, "continuous")
+def test_sizing_moves_ablations_down_then_shrinks_data_then_drops_ablations():
+    params, regen, seconds = profile(), 30_000, 400
+    full, record = gpu_run.size(params, seconds, regen, 10**9, "continuous")
     limit = full["regenerate"]["limit"]
-    without_last = dict(params["train_draft"], ablations=params["train_draft"]["ablations"][:-1])
-    budget_s = (400 - sum(gpu_run.FIXED_SECONDS.values())) * (1 - gpu_run.REGEN_SHARE)
-    speed = gpu_run.plan_cost(without_last, limit) / budget_s  # exactly fits once the last ablation is gone
-    cut, record = gpu_run.size(params, 400, regen, speed, "continuous")
-    assert cut["train_draft"]["ablations"] == without_last["ablations"] and cut["regenerate"]["limit"] == limit
-    tiny, record = gpu_run.size(params, 400, regen, speed / 100, "continuous")
-    assert tiny["train_draft"]["ablations"] == [] and tiny["regenerate"]["limit"] < limit
-    assert record["planned_train_tokens"] <= budget_s * speed / 100 or tiny["regenerate"]["limit"] <= 150
+    assert limit > 1500 and {a["scale"] for a in record["ablations"]} == {1500}
+    budget_s = record["train_seconds"]
+
+    def speed_for(section, regenerated):  # the training speed at which this plan exactly fits
+        return gpu_run.plan_cost(section, regenerated) / budget_s
+
+    at_500 = dict(full["train_draft"], ablations=[a | {"scale": 500} for a in full["train_draft"]["ablations"]])
+    moved, record = gpu_run.size(params, seconds, regen, speed_for(at_500, limit), "continuous")
+    assert moved["regenerate"]["limit"] == limit and {a["scale"] for a in record["ablations"]} == {500}
+    at_150 = dict(at_500, ablations=[a | {"scale": 150} for a in at_500["ablations"]])
+    shrunk, record = gpu_run.size(params, seconds, regen, speed_for(at_150, 1500), "continuous")
+    assert shrunk["regenerate"]["limit"] == 1500 and len(record["ablations"]) == 3  # data first, to the largest scale
+    tiny, record = gpu_run.size(params, seconds, regen, speed_for(at_150, 1500) / 10, "continuous")
+    assert record["ablations"] == [] and tiny["regenerate"]["limit"] < 1500
+    assert (
+        record["planned_train_tokens"] <= budget_s * speed_for(at_150, 1500) / 10 or tiny["regenerate"]["limit"] == 150
+    )
 
 
 def test_sizing_never_regenerates_more_than_the_profile_asks():
@@ -51,12 +59,25 @@ def test_sizing_never_regenerates_more_than_the_profile_asks():
 
 
 def test_plan_cost_counts_only_runs_the_data_allows_and_weighs_the_levers():
-    section = {"scales": [100, "all"], "original_scale": 50, "epochs": 3, "ttt_length": 3, "ablations": []}
+    section = {"scales": [100, "all"], "original_scale": 90, "epochs": 3, "ttt_length": 3, "ablations": []}
     per = gpu_run.TRAIN_TOKENS_PER_CONVERSATION * 3
-    assert gpu_run.plan_cost(section, 80) == pytest.approx((80 + 50) * per)  # 100 is more than exists
-    section["ablations"] = [{"scale": 80, "epochs": 10}, {"scale": 80, "ttt_length": 7}]
+    assert gpu_run.plan_cost(section, 80) == pytest.approx((80 + 90) * per)  # 100 is more than exists
+    section["ablations"] = [{"scale": 80, "epochs": 10}, {"scale": 80, "ttt_length": 7}, {"scale": 100, "epochs": 10}]
     extra = 80 * gpu_run.TRAIN_TOKENS_PER_CONVERSATION * (10 + 3 * 2)
-    assert gpu_run.plan_cost(section, 80) == pytest.approx((80 + 50) * per + extra)
+    assert gpu_run.plan_cost(section, 80) == pytest.approx((80 + 90) * per + extra)
+
+
+def test_runs_at_a_middle_scale_the_data_misses_move_to_the_largest_it_reaches():
+    section = profile()[
+        "train_draft"
+    ]  # scales 150, 500, 1500, all; original 1300 (~ tokens of 1500); ablations at 1500
+    assert gpu_run.fit_to_data(section, 20_000) == section
+    fitted = gpu_run.fit_to_data(section, 1000)
+    assert {a["scale"] for a in fitted["ablations"]} == {500} and fitted["original_scale"] == round(1300 * 500 / 1500)
+    assert [{k: v for k, v in a.items() if k != "scale"} for a in fitted["ablations"]] == [
+        {k: v for k, v in a.items() if k != "scale"} for a in section["ablations"]
+    ]
+    assert gpu_run.fit_to_data(section, 100) == section  # no scale reached: plan_runs trains "all" alone
 
 
 def test_a_phase_past_its_deadline_is_stopped_with_its_children(tmp_path):

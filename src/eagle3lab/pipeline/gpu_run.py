@@ -65,32 +65,61 @@ def training_cost(records: int, epochs: int, ttt_length: int) -> float:
     return records * TRAIN_TOKENS_PER_CONVERSATION * epochs * (ttt_length + 1) / 4
 
 
+def fit_to_data(section: dict, regenerated: int) -> dict:
+    """Stage train_draft's plan for `regenerated` conversations: the runs made at a middle scale the data does not
+    reach (ablations; the original answers, matched in tokens to the nearest scale) move down to the largest scale it
+    reaches, keeping their token ratio, so each still has the draft it is compared with."""
+    section = copy.deepcopy(section)
+    reached = sorted(n for n in section["scales"] if n != "all" and n <= regenerated)
+    if not reached:
+        return section
+    middle, numeric = reached[-1], [n for n in section["scales"] if n != "all"]
+    matched = min(numeric, key=lambda n: abs(n - section["original_scale"]))
+    if matched > regenerated:
+        section["original_scale"] = round(section["original_scale"] * middle / matched)
+    ablations = section.get("ablations") or []
+    section["ablations"] = [a | {"scale": middle} if a["scale"] > regenerated else a for a in ablations]
+    return section
+
+
 def plan_cost(section: dict, regenerated: int) -> float:
-    """Training cost of stage train_draft's plan when `regenerated` conversations exist."""
+    """Training cost of stage train_draft's plan when `regenerated` conversations exist (train.scales.plan_runs)."""
     base = {"epochs": section["epochs"], "ttt_length": section["ttt_length"]}
-    runs = [(regenerated if s == "all" else s, {}) for s in section["scales"]]
-    runs.append((section["original_scale"], {}))
+    runs = [(n, {}) for n in {regenerated if s == "all" else s for s in section["scales"]}]
     runs += [(a["scale"], a) for a in section.get("ablations") or []]
-    return sum(
-        training_cost(n, **{k: lever.get(k, v) for k, v in base.items()}) for n, lever in runs if n <= regenerated
-    )
+    runs = [(n, lever) for n, lever in runs if n <= regenerated]
+    runs.append((section["original_scale"], {}))  # trained whatever the regenerated count
+    return sum(training_cost(n, **{k: lever.get(k, v) for k, v in base.items()}) for n, lever in runs)
 
 
 def size(params: dict, seconds: float, regen_tok_s: float, train_tok_s: float, engine: str) -> tuple[dict, dict]:
-    """The profile cut to `seconds` of stages: regenerate what REGEN_SHARE of the free time allows at the measured
-    speed, then drop ablations (last first) and shrink the largest scale until training fits the rest.
-    Returns the params and the sizing record."""
+    """The profile cut to `seconds` of stages. Regenerate what REGEN_SHARE of the free time allows at the measured
+    speed and fit the plan to that data (`fit_to_data`); while training would overrun the rest, in this order: move
+    the ablations down a scale, shrink the largest scale (not below the profile's largest fixed one), drop ablations
+    (last first), shrink the largest scale to the smallest. Returns the params and the sizing record."""
     params = copy.deepcopy(params)
     free = max(0.0, seconds - sum(FIXED_SECONDS.values()))
     regen_s, train_s = free * REGEN_SHARE, free * (1 - REGEN_SHARE)
     limit = max(1, int(regen_s * regen_tok_s / generated_per_conversation()))
     limit = min(limit, params["regenerate"].get("limit") or limit)  # never more than the profile asks
-    train = params["train_draft"]
-    budget = train_s * train_tok_s
-    while train.get("ablations") and plan_cost(train, limit) > budget:
+    budget, fixed = train_s * train_tok_s, sorted(n for n in params["train_draft"]["scales"] if n != "all")
+    train = fit_to_data(params["train_draft"], limit)
+
+    def over() -> bool:
+        return plan_cost(fit_to_data(train, limit), limit) > budget
+
+    def smaller(scale: int) -> int:
+        return max([n for n in fixed if n < scale] or [scale])
+
+    while over() and any(smaller(a["scale"]) < a["scale"] for a in train["ablations"]):
+        train["ablations"] = [a | {"scale": smaller(a["scale"])} for a in train["ablations"]]
+    while over() and limit > fixed[-1]:
+        limit = max(fixed[-1], int(limit * 0.9))
+    while over() and train["ablations"]:
         train["ablations"] = train["ablations"][:-1]
-    while limit > 150 and plan_cost(train, limit) > budget:
-        limit = int(limit * 0.9)
+    while over() and limit > fixed[0]:
+        limit = max(fixed[0], int(limit * 0.9))
+    params["train_draft"] = train = fit_to_data(train, limit)
     params["regenerate"].update(limit=limit, engine=engine)
     for section, cuts in ON_BOX.items():
         params[section].update(cuts)
@@ -102,7 +131,8 @@ def size(params: dict, seconds: float, regen_tok_s: float, train_tok_s: float, e
         "train_tok_s_assumed": train_tok_s,
         "regen_limit": limit,
         "planned_train_tokens": plan_cost(train, limit),
-        "ablations": train.get("ablations") or [],
+        "original_scale": train["original_scale"],
+        "ablations": train["ablations"],
     }
     return params, record
 
