@@ -428,6 +428,7 @@ def test_cuda_engine_equals_plain_greedy_fp32(config):
     target = tiny_target(init=0.05)
     draft = copying_draft(target)
     target, draft = target.cuda(), draft.cuda()
+    draft.set_vocab(draft.draft_ids)  # the same vocabulary again, from CUDA ids into a CUDA draft
     for prompt in prompts(2, seed=11):
         ref = target.generate(
             torch.tensor([prompt], device="cuda"), max_new_tokens=32, do_sample=False, min_new_tokens=32

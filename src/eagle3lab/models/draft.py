@@ -137,7 +137,7 @@ class Eagle3Draft(nn.Module):
     # -- vocab ---------------------------------------------------------------------------------------------------
     def set_vocab(self, draft_to_target_ids: torch.Tensor) -> None:
         """Install the draft vocabulary: draft id d stands for target id draft_to_target_ids[d]."""
-        ids = torch.as_tensor(draft_to_target_ids, dtype=torch.long)
+        ids = torch.as_tensor(draft_to_target_ids, dtype=torch.long).cpu()  # checked and indexed on the CPU: any device
         if ids.numel() != self.config.draft_vocab_size:
             raise ValueError(f"draft vocab has {ids.numel()} ids, config says {self.config.draft_vocab_size}")
         if ids.unique().numel() != ids.numel() or int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size:
