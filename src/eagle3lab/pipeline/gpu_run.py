@@ -41,6 +41,8 @@ ON_BOX = {
     "dataset_survey": {"onpolicy_samples": 128, "onpolicy_batch_size": 128},
     "benchmark": {"sets": ["mtbench"], "limit": 4, "tune_limit": 4, "peers": ["hf-generate"], "sweep_limit": 12},
 }
+# No network there: a hub lookup fails at once instead of waiting out its timeouts.
+BOX_ENV = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 ENGINES = ("batching", "continuous")  # the local regeneration engines the box measures, each on the same prompts
 FALLBACK_ENGINE = ("batching", 3000.0)  # what issue 11 measured batching.py at on the H200 (batch 512)
 EXPORTED_DRAFTS = 2  # the best and the largest-data draft: 8 files, 64 MiB in all, come back at most
@@ -185,7 +187,7 @@ def install(kit: Path, work: Path) -> dict:
     if not paths.DATA.exists() and (kit / "data.tar.xz").exists():
         with tarfile.open(kit / "data.tar.xz") as tar:
             tar.extractall(paths.ROOT, filter="data")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(paths.ROOT / "src")]), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(paths.ROOT / "src")]), **BOX_ENV)
     env["JUPYTER_PATH"] = str(work / "jupyter" / "share" / "jupyter")
     kernel = [sys.executable, "-m", "ipykernel", "install", "--prefix", str(work / "jupyter"), "--name", "eagle3lab"]
     subprocess.run(kernel, check=True, env=env, stdout=subprocess.DEVNULL)
@@ -280,7 +282,7 @@ def run(args) -> int:  # long: the phases in order, each bounded by what is left
     logs, root, python = args.work / "logs", args.work / "root", [sys.executable, "-m"]
     phases: list[Phase] = []
     report: dict = {"budget_s": args.budget, "device": args.device}
-    env = dict(os.environ, PYTHONPATH=str(paths.ROOT / "src"), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=str(paths.ROOT / "src"), **BOX_ENV)
     if args.kit:
         env = install(args.kit, args.work)
         phases.append(Phase("install", "ok", round(time.monotonic() - start, 1)))
