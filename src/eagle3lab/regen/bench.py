@@ -115,8 +115,14 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
 
     workdir = Path(s.workdir or tempfile.mkdtemp(prefix="regen-bench-"))
     device = resolve_device(s.device)
-    loaded = load_target(s.target, dtype=s.dtype, device=device)
-    prompts = bench_prompts(s.n, loaded.tokenizer, s.max_prompt_tokens)
+    if s.baseline_n:
+        loaded = load_target(s.target, dtype=s.dtype, device=device)
+        tokenizer = loaded.tokenizer
+    else:  # the engines load their own model: only the tokenizer is needed here
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve(s.target))
+    prompts = bench_prompts(s.n, tokenizer, s.max_prompt_tokens)
     figures: dict = {**asdict(s), "n": len(prompts), "device": str(device)}
 
     def local(name: str, rows: list[dict], **overrides):
@@ -134,7 +140,7 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
         tokens, seconds = _hf_batch1(loaded, prompts[: s.baseline_n], s.max_new_tokens)
         figures["hf_batch1_tok_s"] = tokens / seconds
         log(f"hf_batch1 (plain generate): {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.1f} tok/s")
-    del loaded
+        del loaded
     if s.baseline_n:  # the local decode loop one row at a time: separates batching from loop overheads
         local("local_batch1", prompts[: s.baseline_n], batch_size=1, engine="batching", device=s.device)
     for engine in s.engines:
