@@ -191,8 +191,14 @@ def test_forward_costs(tiny):
     target = load_target(str(tiny / "target"))
     draft = load_draft(tiny / "draft", target=target.model)
     costs = measure_forward_costs(target.model, draft, context=40, ks=(1, 4), repeats=2, topk=2)
-    assert costs["context"] == 40 and set(costs["verify"]) == {1, 4}
+    assert costs["context"] == 40 and set(costs["verify"]) == {1, 4} and "prefill" not in costs
     assert all(v > 0 for v in (costs["target_step"], costs["draft_step"], *costs["verify"].values()))
+    # prefill as the engine runs it: the target's, and the draft's over the captured aux hidden states
+    costs = measure_forward_costs(target.model, draft, context=40, ks=(1,), repeats=2, prefill_lengths=(24, 8, 8))
+    prefill = costs["prefill"]
+    assert set(prefill) == {"target", "draft"} and all(set(t) == {8, 24} for t in prefill.values())
+    assert all(v > 0 for t in prefill.values() for v in t.values())
+    assert prefill["target"][8] <= prefill["target"][24]  # made non-decreasing, like verify
 
 
 @pytest.mark.cuda

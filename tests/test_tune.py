@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from eagle3lab.benchmark import tune as tune_module
-from eagle3lab.benchmark.costs import read_costs, verify_cost
-from eagle3lab.benchmark.predict import accept_length, predict, predict_adaptive, rank_predictions
+from eagle3lab.benchmark.costs import prefill_cost, read_costs, verify_cost
+from eagle3lab.benchmark.predict import accept_length, predict, predict_adaptive, rank_predictions, request_speedup
 from eagle3lab.benchmark.profile import AcceptanceProfile, depth_acceptance, rank_acceptance
 from eagle3lab.benchmark.systems import load_bench_draft
 from eagle3lab.decoding.config import SpecConfig, max_draft_tokens, valid_configs
@@ -68,6 +68,74 @@ def test_adaptive_chain_replays_the_traced_rounds():
     assert full.accept_length == pytest.approx((4 + 2 + 1) / 3)
 
 
+# ---- whole requests: prefill ------------------------------------------------------------------------------------
+
+PREFILL = {"target": {50: 0.05, 100: 0.09}, "draft": {50: 0.01, 100: 0.02}}
+
+
+def test_prefill_cost_interpolates_and_extends_the_measured_lengths():
+    costs = COSTS | {"prefill": PREFILL}
+    assert prefill_cost(costs, "target", 50) == pytest.approx(0.05)
+    assert prefill_cost(costs, "target", 75) == pytest.approx(0.07)  # between the measured lengths
+    assert prefill_cost(costs, "target", 150) == pytest.approx(0.13)  # the last segment extended
+    assert prefill_cost(costs, "target", 25) == pytest.approx(0.03)  # the first one, backwards
+    assert prefill_cost(costs | {"prefill": {"target": {100: 0.09}}}, "target", 50) == pytest.approx(0.045)
+    assert prefill_cost(costs | {"prefill": {"target": {100: 0.09}}}, "draft", 50) == 0.0  # not measured: none
+    assert prefill_cost(COSTS, "target", 50) == 0.0  # costs from before prefill was measured
+
+
+def test_prefill_pulls_the_predicted_speedup_toward_one():
+    config = SpecConfig(1, 3, 1, 4)
+    tau = 1.74
+    round_cost = verify_cost(COSTS, 4) + 3 * 0.002 + 0.001
+    decode = tau * 0.040 / round_cost
+    requests = [(50, 65), (100, 33)]
+    # costs without prefill: the old closed form, whatever the requests
+    old = predict(config, profile(), COSTS, requests)
+    assert old.speedup == pytest.approx(decode) and old.decode_speedup == pytest.approx(decode)
+    # with prefill: baseline and speculative seconds of the two requests, exactly
+    costs = COSTS | {"prefill": PREFILL}
+    got = predict(config, profile(), costs, requests)
+    baseline = 0.05 + 64 * 0.040 + 0.09 + 32 * 0.040
+    speculative = 0.05 + 0.01 + 64 / tau * round_cost + 0.09 + 0.02 + 32 / tau * round_cost
+    assert got.speedup == pytest.approx(baseline / speculative) and 1.0 < got.speedup < decode
+    assert got.decode_speedup == pytest.approx(decode) and got.tokens_per_s == pytest.approx(tau / round_cost)
+    # the longer the generation, the closer to decoding alone; a prefill that dwarfs decoding drives it to 1
+    longer = predict(config, profile(), costs, [(50, 1025), (100, 1025)])
+    assert got.speedup < longer.speedup < decode
+    huge = {"target": {50: 1000.0}}
+    assert predict(config, profile(), COSTS | {"prefill": huge}, requests).speedup == pytest.approx(1.0, abs=1e-3)
+    # the draft's own prefill can sink a shape that pays while decoding
+    dear = {"target": {50: 0.05}, "draft": {50: 2.0}}
+    assert predict(config, profile(), COSTS | {"prefill": dear}, requests).speedup < 1.0 < decode
+    # a request that stops at EOS on its first token is all prefill; with no decoding at all, decoding alone
+    assert request_speedup(costs, [(50, 1)], tau, round_cost) is None
+    assert predict(config, profile(), costs, [(50, 1)]).speedup == pytest.approx(decode)
+
+
+def test_predictions_use_the_profiles_requests_and_adaptive_ones_too():
+    rounds = [([0.9, 0.5, 0.2], 3), ([0.8, 0.3, 0.1], 1), ([0.4, 0.1, 0.05], 0)]
+    p = profile(rounds=rounds)
+    costs = COSTS | {"prefill": PREFILL}
+    no_requests = predict_adaptive(3, 0.45, p, costs)  # an old profile keeps no lengths: decoding alone
+    assert no_requests.speedup == pytest.approx(no_requests.decode_speedup)
+    p.prompt_tokens, p.generated_tokens = [50, 100], [65, 33]
+    assert p.requests() == [(50, 65), (100, 33)]
+    got = predict_adaptive(3, 0.45, p, costs)
+    seconds = (0.044 + 3 * 0.002 + 0.001) + (0.042 + 2 * 0.002 + 0.001) + (0.040 + 1 * 0.002 + 0.001)
+    assert got.decode_speedup == pytest.approx(6 / seconds * 0.040) and got.tokens_per_s == pytest.approx(6 / seconds)
+    assert got.speedup == pytest.approx(request_speedup(costs, p.requests(), 6 / 3, seconds / 3))
+    assert got.speedup < got.decode_speedup
+    config = SpecConfig(1, 2, 1, 3)
+    assert predict(config, p, costs).speedup == pytest.approx(predict(config, p, costs, p.requests()).speedup)
+    ranked = rank_predictions(p, costs, max_steps=2, max_topk=2, max_ndraft=4, thresholds=(0.3,))
+    assert all(r.speedup < r.decode_speedup for r in ranked if r.decode_speedup > 1)
+    # a profile written before lengths were kept reads back without them
+    old = p.to_json()
+    del old["prompt_tokens"], old["generated_tokens"]
+    assert AcceptanceProfile.from_json(old).requests() == []
+
+
 def test_profile_statistics():
     assert depth_acceptance([0, 1, 2, 3, 1, 0], 3) == pytest.approx([4 / 6, 2 / 4, 1 / 2])
     assert depth_acceptance([0, 0], 2) == [0.0, 0.0]
@@ -95,11 +163,24 @@ def test_search_space_is_every_valid_shape_and_ranked():
 # ---- costs file and draft folder errors --------------------------------------------------------------------------
 
 
+def test_costs_with_prefill_round_trip_through_a_tune_result(tmp_path):
+    from eagle3lab.io import write_json
+
+    costs = COSTS | {"prefill": PREFILL, "context": 90, "source": "measured"}
+    write_json(tmp_path / "tune.json", {"decision": "1,2,1,3", "costs": costs})  # JSON keys are strings there
+    back = read_costs(tmp_path / "tune.json")
+    assert back["prefill"] == PREFILL and back["verify"] == COSTS["verify"] and back["other"] == COSTS["other"]
+    assert predict(SpecConfig(1, 2, 1, 3), profile(), back, [(60, 64)]) == predict(
+        SpecConfig(1, 2, 1, 3), profile(), costs, [(60, 64)]
+    )
+
+
 def test_costs_file_round_trip_and_errors(tmp_path):
     good = tmp_path / "costs.json"
     good.write_text(json.dumps({"target_step": 0.04, "verify": {"1": 0.04, "4": 0.05}, "draft_step": 0.002}))
     costs = read_costs(good)
     assert costs["verify"] == {1: 0.04, 4: 0.05} and "other" not in costs  # tune measures it then
+    assert "prefill" not in costs  # a costs file from before prefill was measured: decoding alone
     result = tmp_path / "tune-on-gpu.json"  # a tune result from another machine carries its measured costs
     result.write_text(json.dumps({"decision": "1,2,1,3", "costs": {**json.loads(good.read_text()), "other": 0.001}}))
     assert read_costs(result)["verify"] == costs["verify"] and read_costs(result)["other"] == 0.001
@@ -113,6 +194,16 @@ def test_costs_file_round_trip_and_errors(tmp_path):
     for message, content in cases.items():
         bad = tmp_path / "bad.json"
         bad.write_text(json.dumps(content))
+        with pytest.raises(InputError, match=f"bad.json: {message}"):
+            read_costs(bad)
+    for message, prefill in {
+        "field 'prefill' should be an object with": {"verify": {"8": 0.1}},
+        "field 'prefill.target' should be an object": {"target": []},
+        "field 'prefill.draft' has key 'long'": {"draft": {"long": 0.1}},
+        "field 'prefill.target.64'": {"target": {"64": 0}},
+    }.items():
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(json.loads(good.read_text()) | {"prefill": prefill}))
         with pytest.raises(InputError, match=f"bad.json: {message}"):
             read_costs(bad)
     (tmp_path / "broken.json").write_text("{")
@@ -195,7 +286,8 @@ def _run(tiny, tmp_path, costs: dict, capsys, top: int = 2) -> tuple[int, dict, 
     argv += ["--costs", str(path), "--max-new-tokens", "12", "--top", str(top), "--output", str(out), "--quiet"]
     argv += ["--max-steps", "3", "--max-ndraft", "8", "--device", "cpu"]
     rc = tune_module.main(argv)
-    return rc, json.loads(out.read_text()) if out.exists() else {}, capsys.readouterr().out
+    printed = capsys.readouterr()
+    return rc, json.loads(out.read_text()) if out.exists() else {}, printed.out + printed.err
 
 
 def test_tune_end_to_end_and_do_not_speculate(tiny, tmp_path, capsys):
@@ -207,6 +299,14 @@ def test_tune_end_to_end_and_do_not_speculate(tiny, tmp_path, capsys):
     assert len(result["ranked"]) == 2 and result["benchmark"]["rows"][0]["system"] == "baseline"
     assert all(r["measured_speedup"] > 0 and r["speedup"] > 1 for r in result["ranked"])
     assert result["profile"]["prompts"] == 2 and len(result["profile"]["depth"]) == 3  # --max-steps deep
+    # the requests predicted are the profile's: each prompt's length and what the greedy chain generated for it
+    assert result["requests"]["count"] == 2 and 1 <= result["requests"]["generated_tokens_mean"] <= 12
+    baseline = [r for r in result["benchmark"]["per_prompt"] if r["system"] == "baseline"]
+    assert result["profile"]["prompt_tokens"] == [r["prompt_tokens"] for r in baseline]
+    assert result["profile"]["generated_tokens"] == [r["completion_tokens"] for r in baseline]  # greedy: the same
+    # this costs file has no prefill: said so, and the predictions are decoding alone
+    assert not result["requests"]["prefill"] and "has no prefill costs: prefill ignored" in printed
+    assert all(p["speedup"] == p["decode_speedup"] for p in result["predictions"])
     if result["winner"]:
         assert result["decision"] == result["winner"]["label"] and result["doctor"]["exit_code"] == 0
     else:
@@ -222,3 +322,7 @@ def test_tune_end_to_end_and_do_not_speculate(tiny, tmp_path, capsys):
     assert "do not speculate" in printed
     rc, result, printed = _run(tiny, tmp_path, {"target_step": 1.0}, capsys)
     assert rc == 2
+    # with prefill costs the predictions are whole requests: below decoding alone, and said so
+    rc, result, printed = _run(tiny, tmp_path, free | {"prefill": {"target": {"10": 2.0}}}, capsys, top=0)
+    assert rc == 0 and result["requests"]["prefill"] and "whole requests, prefill included" in printed
+    assert all(p["speedup"] < p["decode_speedup"] for p in result["predictions"] if p["decode_speedup"] > 1)

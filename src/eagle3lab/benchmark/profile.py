@@ -1,11 +1,12 @@
 """A draft's acceptance profile, measured once from traced greedy runs: per depth from a deep chain (how often the
 draft's best token is accepted, given the path to its parent was), per sibling rank from a wide tree (how often the
 accepted child is the draft's 2nd, 3rd ... choice, relative to its 1st), plus the deep chain's rounds themselves
-(confidence and accepted count), from which adaptive drafting is predicted, and the engine's per-round overhead."""
+(confidence and accepted count), from which adaptive drafting is predicted, the engine's per-round overhead, and each
+prompt's length and generated length (greedy, so the baseline's too: it may stop at EOS before max_new_tokens)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from eagle3lab.decoding.config import SpecConfig, max_draft_tokens
 from eagle3lab.decoding.engine import SpecEngine
@@ -23,9 +24,15 @@ class AcceptanceProfile:
     chain_rounds: list[tuple[list[float], int]]  # deep chain: (cumulative confidence per position, accepted)
     other: float  # seconds per round outside the draft and target forwards (sampling, bookkeeping, rollback)
     prompts: int
+    prompt_tokens: list[int] = field(default_factory=list)  # per prompt (empty in profiles from before they were kept)
+    generated_tokens: list[int] = field(default_factory=list)  # per prompt, by the deep chain (EOS included)
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def requests(self) -> list[tuple[int, int]]:
+        """(prompt tokens, generated tokens) of each traced prompt: the requests `predict` times."""
+        return list(zip(self.prompt_tokens, self.generated_tokens))
 
     @classmethod
     def from_json(cls, data: dict) -> AcceptanceProfile:
@@ -70,4 +77,6 @@ def measure_profile(
         chain_rounds=[(r.confidence, r.accepted) for r in rounds],
         other=_overhead(chain_runs),
         prompts=len(prompts),
+        prompt_tokens=[len(p) for p in prompts],
+        generated_tokens=[g.completion_tokens for g in chain_runs],
     )

@@ -1,9 +1,11 @@
 """`eagle3lab tune`: which steps/topk/ndraft (and adaptive threshold) make this draft pay on this machine.
 
 Measures the draft's acceptance profile once (traced deep chain and wide tree), takes the forward costs (measured
-here or read from a JSON file), predicts tokens/s for every valid shape up to a bound (`predict`), benchmarks the
-predicted top few beside the baseline and HF generate, and prints the ranked table predicted vs measured, the
-winner's SGLang launch flags (checked by the doctor) or "do not speculate" when nothing beats the baseline.
+here, prefill included, or read from a JSON file), predicts the speedup of every valid shape up to a bound on the
+benchmark's own requests (its prompts' lengths and the tokens generated for them, prefill included; `predict`),
+benchmarks the predicted top few beside the baseline and HF generate, and prints the ranked table predicted vs
+measured, the winner's SGLang launch flags (checked by the doctor) or "do not speculate" when nothing beats the
+baseline.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ class TuneSettings:
     prompts: str | None = option(None, "JSONL with id, optional set, and prompt or conversations (instead of --sets)")
     limit: int = option(8, "prompts per set, for the profile and the benchmark")
     max_new_tokens: int = option(96, "tokens generated per prompt")
-    costs: str | None = option(None, "JSON with target_step, verify {k: s}, draft_step[, other] (default: measure)")
+    costs: str | None = option(
+        None, "JSON with target_step, verify {k: s}, draft_step[, other, prefill] (default: measure)"
+    )
     top: int = option(3, "best predicted shapes to benchmark (0: predict only, the best prediction wins)")
     max_steps: int = option(CHAIN_DEPTH, "deepest draft to consider (and to profile)")
     max_topk: int = option(TREE_TOPK, "widest branching to consider (and to profile)")
@@ -109,15 +113,42 @@ def _load(settings: TuneSettings):
     return target, draft, sets, load_prompts(target.tokenizer, sets, settings.prompts, settings.limit)
 
 
-def _costs(settings: TuneSettings, target, draft, other_per_round: float) -> dict:
-    """Forward costs from --costs, or measured here for every verify width up to --max-ndraft."""
+def prefill_lengths(lengths: list[int]) -> list[int]:
+    """The prompt lengths to measure prefill at: the shortest, the median and the longest of the benchmark's."""
+    ordered = sorted(lengths)
+    return sorted({ordered[0], ordered[len(ordered) // 2], ordered[-1]}) if ordered else []
+
+
+def _costs(settings: TuneSettings, target, draft, other_per_round: float, requests: list[tuple[int, int]]) -> dict:
+    """Forward costs from --costs, or measured here: every verify width up to --max-ndraft on a cache as long as the
+    typical one while decoding (median prompt plus half the generation), and the prefill of the requests' prompts."""
     if settings.costs:
         costs = read_costs(settings.costs)
+        if "prefill" not in costs:
+            print(
+                f"eagle3lab tune: {settings.costs} has no prefill costs: prefill ignored, predictions cover decoding "
+                "alone (they read high on short generations)",
+                file=sys.stderr,
+            )
     else:
-        ks = range(1, settings.max_ndraft + 1)
-        costs = measure_forward_costs(target.model, draft, ks=ks) | {"source": "measured"}
+        lengths = [n for n, _ in requests]
+        context = statistics.median_low(lengths) + statistics.median_low([g for _, g in requests]) // 2
+        costs = measure_forward_costs(
+            target.model,
+            draft,
+            context=context,
+            ks=range(1, settings.max_ndraft + 1),
+            prefill_lengths=prefill_lengths(lengths),
+        )
+        costs["source"] = "measured"
     costs.setdefault("other", other_per_round)
     return costs
+
+
+def _requests(profile, prompts, max_new_tokens: int) -> list[tuple[int, int]]:
+    """What the benchmark times: each prompt's length and the tokens the profile's greedy chain generated for it
+    (the baseline generates the same; both stop at EOS), else max_new_tokens."""
+    return profile.requests() or [(len(p.ids), max_new_tokens) for p in prompts]
 
 
 def tune(settings: TuneSettings, progress: bool = True) -> dict:
@@ -132,15 +163,22 @@ def tune(settings: TuneSettings, progress: bool = True) -> dict:
         settings.max_steps,
         max(settings.max_topk, 2),
     )
-    costs = _costs(settings, target, draft, profile.other)
+    requests = _requests(profile, prompts, settings.max_new_tokens)
+    costs = _costs(settings, target, draft, profile.other, requests)
     ranked = rank_predictions(
-        profile, costs, max_steps=settings.max_steps, max_topk=settings.max_topk, max_ndraft=settings.max_ndraft
+        profile,
+        costs,
+        max_steps=settings.max_steps,
+        max_topk=settings.max_topk,
+        max_ndraft=settings.max_ndraft,
+        requests=requests,
     )
     chosen = [p for p in ranked if p.speedup > 1.0][: max(settings.top, 1)]
     result = {
         "settings": asdict(settings),
         "profile": profile.to_json(),
         "costs": costs,
+        "requests": _describe(requests, costs),
         "predictions": [p.to_json() for p in ranked],
         "benchmark": None,
         "ranked": [],
@@ -172,6 +210,17 @@ def tune(settings: TuneSettings, progress: bool = True) -> dict:
     return _decide(result, best, best["measured_speedup"] or 0.0, settings)
 
 
+def _describe(requests: list[tuple[int, int]], costs: dict) -> dict:
+    """What the predictions assume: the requests (mean lengths) and whether prefill is in the model."""
+    n = len(requests)
+    return {
+        "count": n,
+        "prompt_tokens_mean": sum(p for p, _ in requests) / n if n else 0.0,
+        "generated_tokens_mean": sum(g for _, g in requests) / n if n else 0.0,
+        "prefill": "prefill" in costs,
+    }
+
+
 def _decide(result: dict, best: dict, speedup: float, settings: TuneSettings) -> dict:
     """Speculate with `best` only when it beats the baseline; then its launch flags and the doctor's verdict."""
     if speedup > 1.0:
@@ -185,6 +234,7 @@ RANK_COLUMNS = (
     Column("config", "label", 14, left=True),
     Column("accept", "accept_length", 6, ".2f"),
     Column("predicted", "speedup", 9, ".2f"),
+    Column("decode", "decode_speedup", 6, ".2f"),
     Column("measured", "measured_speedup", 8, ".2f"),
     Column("meas. acc", "measured_accept_length", 9, ".2f"),
 )
@@ -193,7 +243,7 @@ RANK_COLUMNS = (
 def format_result(result: dict) -> str:
     """The ranked table (predicted vs measured), then the decision and the winner's launch flags."""
     rows = result["ranked"] or result["predictions"][:5]
-    lines = [render_rows(rows, RANK_COLUMNS, details=False)]
+    lines = [render_rows(rows, RANK_COLUMNS, details=False), _model_line(result.get("requests"))]
     for r in result["ranked"]:
         per_set = ", ".join(f"{s} {v:.2f}x" for s, v in r["measured_per_set"].items())
         vs_hf = ", ".join(f"{s} {v:.2f}x" for s, v in r["measured_vs_hf_per_set"].items() if v)
@@ -207,6 +257,17 @@ def format_result(result: dict) -> str:
     summary = result["doctor"]["summary"]
     lines.append(f"doctor: {summary} (exit {result['doctor']['exit_code']})")
     return "\n".join(lines)
+
+
+def _model_line(requests: dict | None) -> str:
+    """What "predicted" means: whole requests with prefill, or decoding alone ("decode" is always decoding alone)."""
+    if not requests or not requests["prefill"]:
+        return "predicted: decoding alone (no prefill costs), like the decode column"
+    return (
+        f"predicted: whole requests, prefill included ({requests['count']} prompts of "
+        f"{requests['prompt_tokens_mean']:.0f} tokens, {requests['generated_tokens_mean']:.0f} generated, on average); "
+        "decode: decoding alone"
+    )
 
 
 # ---- CLI ---------------------------------------------------------------------------------------------------------
