@@ -234,14 +234,28 @@ def test_one_renderer_for_engine_and_server_rows():
     assert "per-position acceptance 0.50 0.25" in engine and "time: draft 25%" in engine
 
 
-def test_cli_defaults_are_run_benchmarks():
+def test_cli_defaults_come_from_the_settings_dataclass():
     import inspect
 
-    from eagle3lab.benchmark.run import DEFAULT_CONFIGS, build_parser
+    from eagle3lab.benchmark.run import DEFAULT_CONFIGS, BenchSettings, build_parser
+    from eagle3lab.options import from_options
 
-    args = vars(build_parser().parse_args([]))
-    signature = inspect.signature(run_benchmark).parameters
-    for name in ("max_new_tokens", "temperature", "repeats", "dtype", "seed", "prompt_lookup_tokens", "device"):
-        assert args[name] == signature[name].default, name
-    assert args["target"] == signature["target"].default and tuple(args["configs"]) == DEFAULT_CONFIGS
-    assert args["sets"].split(",") == list(signature["sets"].default)
+    parser = build_parser()
+    assert from_options(parser.parse_args([]), BenchSettings) == BenchSettings()
+    assert BenchSettings().configs == DEFAULT_CONFIGS and BenchSettings().sets == ("mtbench",)
+    # run_benchmark has no defaults of its own: it takes the dataclass's, any field overridable by keyword
+    assert [p.name for p in inspect.signature(run_benchmark).parameters.values() if p.default is not p.empty] == [
+        "target",
+        "settings",
+        "progress",
+    ]
+    # the flags and their forms are the hand-written parser's: comma-separated sets, modes and peers, several
+    # --configs and --draft, --prompts instead of --sets (not both)
+    args = parser.parse_args(["--sets", "mtbench, gsm8k", "--peers", "none", "--modes", "eagle3,eagle"])
+    args = from_options(args, BenchSettings)
+    assert (args.sets, args.peers, args.modes) == (["mtbench", "gsm8k"], [], ["eagle3", "eagle"])
+    args = from_options(parser.parse_args(["--configs", "1,3,1,4", "1,5,1,6@0.3", "--draft", "a", "b"]), BenchSettings)
+    assert args.configs == ["1,3,1,4", "1,5,1,6@0.3"] and args.drafts == ["a", "b"]
+    assert from_options(parser.parse_args(["--prompts", "p.jsonl"]), BenchSettings).prompts_file == "p.jsonl"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--sets", "mtbench", "--prompts", "p.jsonl"])

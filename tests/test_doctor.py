@@ -475,6 +475,25 @@ def test_unreadable_inputs_are_findings(tmp_path, seeds):
     assert "local Hugging Face cache" in text(checks(r, "target", WARNING))
 
 
+def test_cli_defaults_come_from_the_settings_dataclass():
+    import inspect
+    from dataclasses import asdict
+
+    from eagle3lab.doctor.cli import build_parser
+    from eagle3lab.doctor.diagnosis import DoctorSettings
+    from eagle3lab.options import from_options
+
+    parser = build_parser()
+    assert from_options(parser.parse_args([]), DoctorSettings) == DoctorSettings()
+    signature = inspect.signature(diagnose).parameters  # the library call has the CLI's defaults
+    for name, value in asdict(DoctorSettings()).items():
+        assert signature[name].default == value, name
+    argv = ["--server", "http://x", "--probes", "0", "--probe-tokens", "8", "--timeout", "2.5", "--low-accept", "1.5"]
+    args = parser.parse_args([*argv, "--json"])
+    expected = DoctorSettings(server="http://x", probes=0, probe_tokens=8, timeout=2.5, low_accept=1.5)
+    assert from_options(args, DoctorSettings) == expected and args.json
+
+
 def test_bad_usage_exits_2(capsys):
     assert main([]) == 2
     assert main(["--bogus"]) == 2

@@ -1,14 +1,17 @@
 """Command-line options generated from a settings dataclass, so the dataclass is the one home of every default
-and its help text (`eagle3lab regen`, `regen bench`, `train`).
+and its help text (`eagle3lab regen`, `regen bench`, `train`, `tune`, `bench`, `doctor`).
 
     @dataclass
     class Settings:
         data: str = option(help="input file")                      # no default: a required option
         epochs: int = option(3, "passes over the data")
         servers: list[str] = option(("a:1",), "servers", flag="--server", group="openai backend")
+        sets: list[str] = option(("x",), "comma-separated", type=split, exclusive="source")  # one string, split
+        prompts: str | None = option(None, "a file instead of --sets", exclusive="source")  # at most one of the two
 
 The option's type comes from the annotation (int, float, str, bool, list[...], each optionally `| None`) unless
-`type=` is given; bool fields become switches (`--no-NAME` when on by default); list fields take several values.
+`type=` is given; bool fields become switches (`--no-NAME` when on by default); list fields take several values
+(or, with `type=`, one value that type turns into the list); fields of one `exclusive` name exclude each other.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ _SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
 
 
 def option(default=MISSING, help: str = "", **cli):
-    """A dataclass field with its command-line help; `cli` may set flag, type, choices, metavar and group."""
+    """A dataclass field with its command-line help; `cli` may set flag, type, choices, metavar, group, exclusive."""
     return field(default=default, metadata={"help": help, **cli})
 
 
@@ -36,6 +39,7 @@ def _annotation(f: Field) -> tuple[str, bool]:
 def add_options(parser: argparse.ArgumentParser, cls) -> None:
     """One option per field of dataclass `cls`; its default is the field's own."""
     groups: dict[str, argparse._ArgumentGroup] = {}
+    exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
     for f in fields(cls):
         meta = f.metadata
         where = parser
@@ -43,6 +47,10 @@ def add_options(parser: argparse.ArgumentParser, cls) -> None:
             if meta["group"] not in groups:
                 groups[meta["group"]] = parser.add_argument_group(meta["group"])
             where = groups[meta["group"]]
+        if "exclusive" in meta:
+            if meta["exclusive"] not in exclusive:
+                exclusive[meta["exclusive"]] = where.add_mutually_exclusive_group()
+            where = exclusive[meta["exclusive"]]
         name, listed = _annotation(f)
         required = f.default is MISSING and f.default_factory is MISSING
         switch_off = name == "bool" and f.default is True

@@ -7,6 +7,7 @@ import argparse
 import platform
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -24,12 +25,69 @@ from eagle3lab.benchmark.systems import (
 )
 from eagle3lab.benchmark.table import render_rows
 from eagle3lab.decoding.config import BASELINE
+from eagle3lab.decoding.engine import MODES
 from eagle3lab.decoding.generation import Generation
-from eagle3lab.devices import add_device_argument, resolve_device
+from eagle3lab.devices import DEVICE_HELP, resolve_device
 from eagle3lab.io import InputError, write_json
 from eagle3lab.models.target import DEFAULT_TARGET
+from eagle3lab.options import add_options, from_options, option
 
 DEFAULT_CONFIGS = ("1,0,0,0", "1,3,1,4", "1,5,1,6")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def split_list(text: str) -> list[str]:
+    """A comma-separated option value as a list ("none" and blanks dropped)."""
+    return [t for t in (s.strip() for s in text.split(",")) if t and t != "none"]
+
+
+@dataclass
+class BenchSettings:
+    """Every `bench` option, and `run_benchmark`'s keywords: the CLI is generated from these fields (one home for the
+    defaults and their help); lists given on the command line as one comma-separated value are split by the CLI."""
+
+    target: str = option(DEFAULT_TARGET, "target spec, model folder or HF id")
+    sets: list[str] = option(
+        ("mtbench",),
+        "comma-separated evaluation sets (mtbench, humaneval, gsm8k)",
+        type=split_list,
+        metavar="SETS",
+        exclusive="prompts",
+    )
+    prompts_file: str | None = option(
+        None,
+        "JSONL with id, optional set, and prompt or conversations",
+        flag="--prompts",
+        metavar="PROMPTS",
+        exclusive="prompts",
+    )
+    limit: int | None = option(None, "prompts per set")
+    max_new_tokens: int = option(128, "tokens generated per prompt")
+    configs: list[str] = option(
+        DEFAULT_CONFIGS,
+        "bs,steps,topk,ndraft[@threshold]; 1,0,0,0 = baseline; @0.3 = adaptive: stop below draft confidence 0.3 "
+        f"(default {' '.join(DEFAULT_CONFIGS)})",
+    )
+    drafts: list[str] | None = option(
+        None, f"draft folders (default: {DEFAULT_DRAFT})", flag="--draft", metavar="DRAFT"
+    )
+    modes: list[str] = option(
+        ("eagle3",),
+        "eagle3 and/or eagle (SGLang's wrong-flag path), comma-separated (default eagle3)",
+        type=split_list,
+        metavar="MODES",
+    )
+    peers: list[str] = option(
+        PEERS, f"comma-separated HF peers, or 'none' (default {','.join(PEERS)})", type=split_list, metavar="PEERS"
+    )
+    temperature: float = option(0.0, "sampling temperature (0: greedy)")
+    repeats: int = option(1, "runs per prompt and system; times are medians")
+    dtype: str = option("float32", "model dtype", choices=DTYPES)
+    threads: int | None = option(None, "torch threads (default: torch's)")
+    prompt_lookup_tokens: int = option(10, "tokens hf-prompt-lookup proposes per step")
+    seed: int = option(0, "sampling seed")
+    device: str = option("auto", f"where models run: {DEVICE_HELP}")
+    output: str | None = option(None, "write the JSON result here")
 
 
 @torch.inference_mode()
@@ -164,66 +222,56 @@ def _meta(target, prompts: list[Prompt], settings: dict) -> dict:
     }
 
 
-# long: 17 keyword parameters (one per CLI flag) take 20 of its lines; the body is setup, one loop and the result
-def run_benchmark(
-    target=DEFAULT_TARGET,
-    *,
-    sets=("mtbench",),
-    prompts_file=None,
-    limit: int | None = None,
-    max_new_tokens: int = 128,
-    configs=DEFAULT_CONFIGS,
-    drafts=None,
-    modes=("eagle3",),
-    peers=PEERS,
-    temperature: float = 0.0,
-    repeats: int = 1,
-    dtype: str = "float32",
-    seed: int = 0,
-    threads: int | None = None,
-    prompt_lookup_tokens: int = 10,
-    device: str = "auto",
-    progress: bool = True,
-) -> dict:
-    """Run every system on every prompt. `target` is a spec for `load_target` (loaded on `device`) or an already
-    loaded Target (used where it is). Returns {"meta", "rows", "per_prompt"}; see `to_dataframe`."""
+def _check(s: BenchSettings) -> None:
+    if s.repeats < 1 or s.max_new_tokens < 1:
+        raise InputError("--repeats and --max-new-tokens must be >= 1")
+    if not s.modes or any(m not in MODES for m in s.modes):
+        raise InputError(f"--modes: expected eagle3 and/or eagle, got {','.join(s.modes)!r}")
+    for p in s.peers:
+        if p not in PEERS:
+            raise InputError(f"--peers: unknown peer '{p}' (known: {', '.join(PEERS)})")
+
+
+def run_benchmark(target=None, settings: BenchSettings | None = None, *, progress: bool = True, **options) -> dict:
+    """Run every system on every prompt. `settings` (default `BenchSettings()`), with any of its fields given as
+    keywords in `options` in place of its own; `target` is a spec for `load_target` (loaded on the settings' device)
+    or an already loaded Target (used where it is), by default the settings' spec. Returns {"meta", "rows",
+    "per_prompt"}; see `to_dataframe`."""
     from tqdm.auto import tqdm
 
     from eagle3lab.models.target import load_target
 
-    if repeats < 1 or max_new_tokens < 1:
-        raise InputError("--repeats and --max-new-tokens must be >= 1")
-    for p in peers:
-        if p not in PEERS:
-            raise InputError(f"--peers: unknown peer '{p}' (known: {', '.join(PEERS)})")
-    configs = list(dict.fromkeys([BASELINE.label] + [config_label(*parse_system_config(c)) for c in configs]))
-    if threads:
-        torch.set_num_threads(threads)
-    torch_dtype = getattr(torch, dtype)
+    s = replace(settings or BenchSettings(), **options)
+    _check(s)
+    configs = list(dict.fromkeys([BASELINE.label] + [config_label(*parse_system_config(c)) for c in s.configs]))
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    torch_dtype = getattr(torch, s.dtype)
+    target = s.target if target is None else target
     if isinstance(target, str):
-        target = load_target(target, dtype=torch_dtype, device=resolve_device(device))
+        target = load_target(target, dtype=torch_dtype, device=resolve_device(s.device))
     eos = eos_ids(target)
-    prompts = load_prompts(target.tokenizer, sets, prompts_file, limit)
-    drafts = list(drafts) if drafts else [DEFAULT_DRAFT]
-    systems = build_systems(target, configs, drafts, modes, peers, eos, torch_dtype)
-    settings = dict(
-        repeats=repeats,
-        seed=seed,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
+    prompts = load_prompts(target.tokenizer, s.sets, s.prompts_file, s.limit)
+    drafts = list(s.drafts) if s.drafts else [DEFAULT_DRAFT]
+    systems = build_systems(target, configs, drafts, s.modes, s.peers, eos, torch_dtype)
+    run = dict(
+        repeats=s.repeats,
+        seed=s.seed,
+        max_new_tokens=s.max_new_tokens,
+        temperature=s.temperature,
         eos=eos,
-        prompt_lookup_tokens=prompt_lookup_tokens,
+        prompt_lookup_tokens=s.prompt_lookup_tokens,
     )
     per_prompt: list[dict] = []
-    with tqdm(total=len(prompts) * len(systems) * repeats, disable=not progress, desc="bench", unit="gen") as bar:
+    with tqdm(total=len(prompts) * len(systems) * s.repeats, disable=not progress, desc="bench", unit="gen") as bar:
         for prompt in prompts:
-            per_prompt += _run_prompt(target, prompt, systems, settings, bar)
-    meta = _meta(target, prompts, settings) | {
-        "dtype": dtype,
+            per_prompt += _run_prompt(target, prompt, systems, run, bar)
+    meta = _meta(target, prompts, run) | {
+        "dtype": s.dtype,
         "configs": configs,
         "drafts": [str(d) for d in drafts] if len(configs) > 1 else [],
-        "modes": list(modes),
-        "peers": list(peers),
+        "modes": list(s.modes),
+        "peers": list(s.peers),
     }
     return {
         "meta": meta,
@@ -253,68 +301,21 @@ def format_table(result: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eagle3lab bench", description=__doc__.split("\n")[0])
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--sets", default="mtbench", help="comma-separated evaluation sets (mtbench, humaneval, gsm8k)")
-    src.add_argument("--prompts", type=Path, help="JSONL with id, optional set, and prompt or conversations")
-    p.add_argument("--target", default=DEFAULT_TARGET, help="target spec, model folder or HF id")
-    p.add_argument("--limit", type=int, help="prompts per set")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument(
-        "--configs",
-        nargs="+",
-        default=list(DEFAULT_CONFIGS),
-        help="bs,steps,topk,ndraft[@threshold]; 1,0,0,0 = baseline; @0.3 = adaptive: stop below draft confidence 0.3",
-    )
-    p.add_argument("--draft", nargs="+", type=Path, help=f"draft folders (default: {DEFAULT_DRAFT})")
-    p.add_argument("--modes", default="eagle3", help="eagle3 and/or eagle (SGLang's wrong-flag path), comma-separated")
-    p.add_argument("--peers", default=",".join(PEERS), help="comma-separated HF peers, or 'none'")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--repeats", type=int, default=1, help="runs per prompt and system; times are medians")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
-    p.add_argument("--prompt-lookup-tokens", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output", type=Path, help="write the JSON result here")
+    add_options(p, BenchSettings)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_device_argument(p)
     return p
-
-
-def split_list(text: str) -> list[str]:
-    return [t for t in (s.strip() for s in text.split(",")) if t and t != "none"]
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    modes = split_list(args.modes)
-    bad = [m for m in modes if m not in ("eagle3", "eagle")]
+    settings = from_options(args, BenchSettings)
     try:
-        if bad or not modes:
-            raise InputError(f"--modes: expected eagle3 and/or eagle, got {args.modes!r}")
-        result = run_benchmark(
-            args.target,
-            sets=None if args.prompts else split_list(args.sets),
-            prompts_file=args.prompts,
-            limit=args.limit,
-            max_new_tokens=args.max_new_tokens,
-            configs=args.configs,
-            drafts=args.draft,
-            modes=modes,
-            peers=split_list(args.peers),
-            temperature=args.temperature,
-            repeats=args.repeats,
-            dtype=args.dtype,
-            seed=args.seed,
-            threads=args.threads,
-            prompt_lookup_tokens=args.prompt_lookup_tokens,
-            device=args.device,
-            progress=not args.quiet,
-        )
+        result = run_benchmark(settings=settings, progress=not args.quiet)
     except (InputError, ValueError) as e:
         print(f"eagle3lab bench: {e}", file=sys.stderr)
         return 2
     print(format_table(result))
-    if args.output:
-        write_json(args.output, result)
-        print(f"wrote {args.output}")
+    if settings.output:
+        write_json(Path(settings.output), result)
+        print(f"wrote {settings.output}")
     return 0

@@ -22,7 +22,7 @@ from eagle3lab.benchmark.costs import measure_forward_costs, read_costs
 from eagle3lab.benchmark.predict import rank_predictions
 from eagle3lab.benchmark.profile import CHAIN_DEPTH, TREE_TOPK, measure_profile
 from eagle3lab.benchmark.prompts import load_prompts
-from eagle3lab.benchmark.run import run_benchmark, split_list
+from eagle3lab.benchmark.run import DTYPES, run_benchmark, split_list
 from eagle3lab.benchmark.systems import eos_ids, load_bench_draft, parse_system_config
 from eagle3lab.benchmark.table import Column, render_rows
 from eagle3lab.devices import DEVICE_HELP, resolve_device
@@ -32,7 +32,6 @@ from eagle3lab.options import add_options, from_options, option
 from eagle3lab.paths import ARTIFACTS
 
 DO_NOT_SPECULATE = "do not speculate"
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass

@@ -9,6 +9,7 @@ Library use (a notebook):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3lab.doctor.algorithm import check_algorithm, check_aux_layers
@@ -18,6 +19,22 @@ from eagle3lab.doctor.launch import Launch, parse_launch
 from eagle3lab.doctor.probe import ACCEPT_LOW, check_server
 from eagle3lab.doctor.settings import check_context_length, check_launch_vs_draft_path, check_spec_params
 from eagle3lab.doctor.vocab import check_draft_vocab
+from eagle3lab.options import option
+
+
+@dataclass
+class DoctorSettings:
+    """Every `doctor` input and setting (`eagle3lab doctor`'s CLI is generated from these fields, and `diagnose`
+    takes its defaults from them: one home for the defaults and their help)."""
+
+    launch: str | None = option(None, 'the server command, quoted: "python -m sglang.launch_server --model-path ..."')
+    draft: str | None = option(None, "draft checkpoint folder (config.json + weights)")
+    target: str | None = option(None, "target: a folder with config.json, the embedded id, or a cached hub id")
+    server: str | None = option(None, "URL of a running server, e.g. http://127.0.0.1:30000")
+    probes: int = option(3, "probe requests sent to --server (0: none)")
+    probe_tokens: int = option(64, "max new tokens per probe")
+    timeout: float = option(30.0, "HTTP timeout in seconds")
+    low_accept: float = option(ACCEPT_LOW, "accept length below this is a weak-draft warning")
 
 
 def _local_dir(path: str | None) -> bool:
@@ -78,10 +95,10 @@ def diagnose(
     target: str | None = None,
     server: str | None = None,
     *,
-    probes: int = 3,
-    probe_tokens: int = 64,
-    timeout: float = 30.0,
-    low_accept: float = ACCEPT_LOW,
+    probes: int = DoctorSettings.probes,
+    probe_tokens: int = DoctorSettings.probe_tokens,
+    timeout: float = DoctorSettings.timeout,
+    low_accept: float = DoctorSettings.low_accept,
     transport=None,
 ) -> Report:
     """Run every check the inputs allow. Any combination of inputs; unreadable ones become findings."""

@@ -79,13 +79,14 @@ def check_server(
     launch: Launch | None,
     *,
     expect_speculation: bool,
-    probes: int = 3,
-    probe_tokens: int = 64,
-    timeout: float = 30.0,
-    low: float = ACCEPT_LOW,
+    probes: int,
+    probe_tokens: int,
+    timeout: float,
+    low: float,
     transport=None,
 ) -> tuple[list[Finding], Launch | None]:
-    """Runtime checks. Returns the findings and the launch as the server reports it (None when it does not)."""
+    """Runtime checks (settings from `diagnose`, defaults `DoctorSettings`). Returns the findings and the launch as
+    the server reports it (None when it does not)."""
     with ServerClient(url, timeout=timeout, transport=transport) as client:
         try:
             info, info_path = client.server_info()
