@@ -39,10 +39,6 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     return torch.device(text)
 
 
-def add_device_argument(parser) -> None:
-    parser.add_argument("--device", default="auto", help=f"where models run: {DEVICE_HELP} (default auto)")
-
-
 def synchronize(device: torch.device | str) -> None:
     """Wait for queued GPU work, so a wall-clock reading covers it (a no-op on the CPU)."""
     device = torch.device(device)

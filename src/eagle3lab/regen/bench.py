@@ -111,17 +111,15 @@ def _hf_batch1(loaded, prompts: list[dict], max_new_tokens: int) -> tuple[int, f
 
 def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
     """Tokens/s of each way to regenerate the same prompts (see the module doc); returns the figures."""
+    from transformers import AutoTokenizer
+
     from eagle3lab.models.target import load_target, resolve
 
     workdir = Path(s.workdir or tempfile.mkdtemp(prefix="regen-bench-"))
     device = resolve_device(s.device)
-    if s.baseline_n:
-        loaded = load_target(s.target, dtype=s.dtype, device=device)
-        tokenizer = loaded.tokenizer
-    else:  # the engines load their own model: only the tokenizer is needed here
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(resolve(s.target))
+    # the engines load their own model: only the batch-1 baseline needs one here, else only the tokenizer
+    loaded = load_target(s.target, dtype=s.dtype, device=device) if s.baseline_n else None
+    tokenizer = loaded.tokenizer if loaded else AutoTokenizer.from_pretrained(resolve(s.target))
     prompts = bench_prompts(s.n, tokenizer, s.max_prompt_tokens)
     figures: dict = {**asdict(s), "n": len(prompts), "device": str(device)}
 
