@@ -16,8 +16,7 @@ from pathlib import Path
 
 from eagle3lab import paths
 from eagle3lab.io import atomic_path, write_json
-
-YARDSTICK = ("mtbench", "1,5,1,6")  # issue 11's goal: accept length 2.0 or more there
+from eagle3lab.pipeline.gpu_run import YARDSTICK, yardstick
 
 
 def adopt(results: Path, root: Path = paths.ROOT) -> Path:
@@ -67,13 +66,6 @@ def provenance(run: dict, metrics: Path, name: str) -> dict:
         "sizing": run.get("sizing"),
         "format": "SGLang LlamaForCausalLMEagle3, bf16, embed_tokens left out (load_draft restores it from the target)",
     }
-
-
-def yardstick(metrics: Path) -> tuple[str, dict[str, float]]:
-    """Stage 04's sweep: its config, and draft name -> accept length on the yardstick's set."""
-    sweep = json.loads((metrics / "benchmark.json").read_text())["sweep"]
-    rows = {r["system"]: r["accept_length"] for r in sweep["rows"] if r["draft"] and r["set"] == YARDSTICK[0]}
-    return sweep["config"], rows
 
 
 def section(metrics: Path, table) -> str:

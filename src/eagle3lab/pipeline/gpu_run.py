@@ -35,11 +35,12 @@ REGEN_SHARE = 0.4
 # Training tokens a conversation costs an epoch at TTT length 3: prompt + answer, ~480 (1,486 regenerated
 # conversations = 712k tokens, ../shared/drafts/README.md); a TTT step costs about as much again as the first.
 TRAIN_TOKENS_PER_CONVERSATION = 480
+YARDSTICK = ("mtbench", "1,5,1,6")  # issue 11's goal: accept length 2.0 or more there; the sweep ranks drafts
 # Cuts for the box's few minutes: one on-policy batch in the survey; the benchmark keeps the accept-length
 # yardstick over every draft (sweep, 12 prompts) and runs the rest on MT-bench only.
 ON_BOX = {
     "dataset_survey": {"onpolicy_samples": 128, "onpolicy_batch_size": 128},
-    "benchmark": {"sets": ["mtbench"], "limit": 4, "tune_limit": 4, "peers": ["hf-generate"], "sweep_limit": 12},
+    "benchmark": {"sets": [YARDSTICK[0]], "limit": 4, "tune_limit": 4, "peers": ["hf-generate"], "sweep_limit": 12},
 }
 # No network there: a hub lookup fails at once instead of waiting out its timeouts.
 BOX_ENV = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -196,6 +197,13 @@ def install(kit: Path, work: Path) -> dict:
     return env
 
 
+def yardstick(metrics: Path) -> tuple[str, dict[str, float]]:
+    """Stage 04's sweep: its config, and draft name -> accept length on the yardstick's set."""
+    sweep = json.loads((metrics / "benchmark.json").read_text())["sweep"]
+    rows = {r["system"]: r["accept_length"] for r in sweep["rows"] if r["draft"] and r["set"] == YARDSTICK[0]}
+    return sweep["config"], rows
+
+
 def drafts_to_export(root: Path, count: int = EXPORTED_DRAFTS) -> list[str]:
     """Draft names, best first: by MT-bench accept length in stage 04's sweep (when it finished), then the final
     (largest regenerated) draft."""
@@ -206,8 +214,8 @@ def drafts_to_export(root: Path, count: int = EXPORTED_DRAFTS) -> list[str]:
     regenerated = [d for d in record["drafts"] if d["responses"] == "regenerated"]
     names = []
     if bench.exists():
-        rows = [r for r in json.loads(bench.read_text())["sweep"]["rows"] if r["draft"] and r["set"] == "mtbench"]
-        names += [r["system"] for r in sorted(rows, key=lambda r: -r["accept_length"])]
+        _, accept = yardstick(root / "metrics")
+        names += sorted(accept, key=lambda name: -accept[name])
     names += [d["name"] for d in sorted(regenerated, key=lambda d: -d["records"])]
     return list(dict.fromkeys(names))[:count]
 
