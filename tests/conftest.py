@@ -12,21 +12,25 @@ def smollm2():
     return load_target("smollm2-135m-instruct", dtype=torch.float32)
 
 
+# The tiny random Llama of the logic tests (tiny_llama) and of project_draft's target.
+TINY_LLAMA = dict(
+    vocab_size=320,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
+
+
 @pytest.fixture(scope="session")
 def tiny_llama():
     """A tiny random Llama (6 layers) for logic tests."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=320,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
+    config = LlamaConfig(**TINY_LLAMA)
     return LlamaForCausalLM(config).eval()
 
 
@@ -69,16 +73,7 @@ def project_draft(tmp_path_factory):
     from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
 
     root = tmp_path_factory.mktemp("drafted")
-    tcfg = LlamaConfig(
-        vocab_size=320,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
+    tcfg = LlamaConfig(**TINY_LLAMA, tie_word_embeddings=True)
     tcfg.save_pretrained(root / "target")
     torch.manual_seed(0)
     model = Eagle3Draft(DraftConfig.from_target(tcfg, draft_vocab_size=100))
