@@ -4,7 +4,7 @@ import json
 import shutil
 
 from eagle3lab import paths
-from eagle3lab.pipeline import report
+from eagle3lab.pipeline import compare, report
 
 
 def test_compare_sets_each_figure_beside_the_reference(tmp_path, capsys):
@@ -17,12 +17,43 @@ def test_compare_sets_each_figure_beside_the_reference(tmp_path, capsys):
     (other / "scaling.json").unlink()  # a run that stopped before its last stage
 
     rows = {
-        line.split(" | ")[0].strip("| "): line.split(" | ") for line in report.compare(reference, other).splitlines()
+        line.split(" | ")[0].strip("| "): line.split(" | ") for line in compare.compare(reference, other).splitlines()
     }
     assert rows["regen tok/s"][1] == "speed" and rows["regen tok/s"][-1].strip(" |") == "2.000"
     assert rows["regen success"][-1].strip(" |") == "1.000"
     assert rows["scaling break-even accept length"][3] == "-"  # missing in the other run, shown as such
-    assert any(name.startswith("benchmark ") and kind == "quality" for name, kind, _ in report.headline(reference))
+    assert any(name.startswith("benchmark ") and kind == "quality" for name, kind, _ in compare.headline(reference))
 
     assert report.main(["--compare", str(reference), str(other)]) == 0
     assert "regen tok/s" in capsys.readouterr().out
+
+
+def test_scaling_section_says_beyond_the_data_and_sets_drafts_trained_elsewhere_beside_the_fit(tmp_path):
+    metrics = tmp_path / "metrics"
+    shutil.copytree(paths.METRICS, metrics)
+    scaling = json.loads((metrics / "scaling.json").read_text())
+    # the reference run: no set's ceiling identified, its fit "needs" 8.3e+15 conversations for 2x on gsm8k
+    assert not scaling["fits"]["gsm8k"]["ceiling_identified"] and scaling["fits"]["gsm8k"]["records_for_2x"] > 1e15
+    text = report.render(metrics)
+    gsm8k = next(line for line in text.splitlines() if line.startswith("| gsm8k | +"))
+    assert gsm8k.endswith("| beyond the data | beyond the data |") and "e+" not in text
+    assert "past the largest size measured (180 conversations)" in text
+    assert "Drafts trained elsewhere" not in text  # no labelled points in that run
+
+    scaling["fits"]["gsm8k"]["ceiling_identified"] = True  # a pinned-down ceiling: its readings are printed
+    scaling["third_party"] = [
+        {
+            "draft": "smollm2-original-6960",
+            "responses": "original",
+            "conversations": 6960,
+            "tokens": 3790000,
+            "hardware": "one NVIDIA H200 GPU",
+            "accept_length": {"mtbench": 1.57},
+            "fit_there": {"mtbench": 1.41},
+        }
+    ]
+    (metrics / "scaling.json").write_text(json.dumps(scaling))
+    text = report.render(metrics)
+    assert "| gsm8k | +0.038 [+0.016, +0.059] | 6.00 | 1,039.99 | 8.3e+15 |" in text
+    row = "| smollm2-original-6960 | one NVIDIA H200 GPU | original | 6960 | 3790000 | mtbench | 1.57 | 1.41 |"
+    assert row in text and "| accept length, 1,5,1,6 | the fit there |" in text

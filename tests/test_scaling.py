@@ -4,15 +4,19 @@ import numpy as np
 import pytest
 
 from eagle3lab.benchmark.scaling import (
+    BEYOND,
     CostModel,
     cost_model_from_throughput,
     fit_scaling,
     fit_sets,
+    fitted_size,
+    labelled_points,
     projected_tau_after_more_data,
     saturating,
     size_for,
     tuned_cost_model,
 )
+from eagle3lab.io import InputError
 
 
 def test_fit_recovers_a_known_saturating_curve():
@@ -88,8 +92,8 @@ def test_fit_sets_reads_break_even_and_2x_per_set():
     assert set(fits) == {"mtbench", "gsm8k"} and [s for s, _ in points["gsm8k"]] == [250, 500, 1000, 2000]
     for row in summary:
         fit = fits[row["set"]]
-        assert row["records for break-even"] == fit.size_for(cost.break_even_tau)
-        assert row["records for 2x"] == fit.size_for(cost.tau_for_speedup(2))
+        assert row["records for break-even"] == fit.reported(fit.size_for(cost.break_even_tau))
+        assert row["records for 2x"] == fit.reported(fit.size_for(cost.tau_for_speedup(2)))
         assert row["predicted speedup there"] == pytest.approx(float(cost.speedup(row["accept length there"])))
 
 
@@ -103,3 +107,42 @@ def test_tuned_cost_model_is_the_predicted_round():
     assert cost.break_even_tau == pytest.approx(1.5 / 30.0 / 0.04)
     assert float(cost.speedup(1.5)) == pytest.approx(30.0 * 0.04)
     assert tuned_cost_model(result | {"winner": None}) is None
+
+
+def test_a_size_past_the_data_is_reported_only_where_the_ceiling_is_identified():
+    sizes = [22, 45, 90, 180]
+    assert fitted_size(100.0, False, sizes) == 100.0  # read inside the measured range: an interpolation
+    assert fitted_size(180.0, False, sizes) == 180.0
+    assert fitted_size(8.3e15, False, sizes) == BEYOND  # the reference run's "conversations for 2x"
+    assert fitted_size(1040.0, False, sizes) == BEYOND
+    assert fitted_size(1040.0, True, sizes) == 1040.0  # a pinned-down ceiling makes the extrapolation a reading
+    assert fitted_size(math.inf, True, sizes) == BEYOND  # the fit never reaches it: no number to print
+    # the fit's own rows follow the rule: a log-law over one decade leaves the ceiling unidentified
+    rng = np.random.default_rng(2)
+    log_law = [1.1 + 0.05 * np.log2(n / 22) + rng.normal(0, 0.02, 30) for n in sizes]
+    fit = fit_scaling(sizes, log_law, ceiling=6.0, boot=50)
+    assert not fit.ceiling_identified and fit.size_for(2.0) > 180
+    assert fit.reported(fit.size_for(2.0)) == BEYOND and fit.reported(fit.size_for(1.2)) < 180
+
+
+def test_labelled_points_place_drafts_trained_elsewhere_beside_the_fit():
+    sizes = [100, 200, 400, 800]
+    fit = fit_scaling(sizes, [[saturating(n, 5.0, 8.0, 0.5)] * 3 for n in sizes], ceiling=6.0, boot=0)
+    rows = [
+        {"set": "mtbench", "system": "big", "config": "1,5,1,6", "accept_length": 1.57},
+        {"set": "gsm8k", "system": "big", "config": "1,5,1,6", "accept_length": 1.61},
+        {"set": "mtbench", "system": "big", "config": "1,3,1,4", "accept_length": 1.40},
+        {"set": "mtbench", "system": "final", "config": "1,5,1,6", "accept_length": 1.30},
+    ]
+    record = {
+        "hardware": "one NVIDIA H200 GPU",
+        "data": {"responses": "original", "conversations": 6960, "tokens_trained": 3_790_000},
+    }
+    [point] = labelled_points(rows, "1,5,1,6", {"drafts/big": record, "hub/other": None}, {"mtbench": fit})
+    assert point["draft"] == "big" and (point["conversations"], point["tokens"]) == (6960, 3_790_000)
+    assert point["accept_length"] == {"mtbench": 1.57, "gsm8k": 1.61}  # the sweep's config only
+    assert point["fit_there"] == {"mtbench": pytest.approx(float(fit.predict(6960)))}  # gsm8k has no fit
+    with pytest.raises(
+        InputError, match=r"third-party draft 'big' at config 1,4,2,8.*add 1,4,2,8 to benchmark.configs"
+    ):
+        labelled_points(rows, "1,4,2,8", {"drafts/big": record}, {"mtbench": fit})

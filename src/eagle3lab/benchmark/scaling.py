@@ -8,16 +8,23 @@ a log-law extrapolation in disguise, and `ceiling_identified` says so. The model
 the gain per doubling: the least-squares slope of accept length against log2(size), with its bootstrap interval.
 The measured per-forward costs turn tau into a speedup (Leviathan et al.; REFERENCE.md):
     speedup(tau) = tau * t_target / (t_verify + steps * t_draft + t_other)
-so break-even is tau* = round cost / t_target, and the fit inverted gives the data size that reaches it.
+so break-even is tau* = round cost / t_target, and the fit inverted gives the data size that reaches it; past the
+largest size measured, only when the ceiling is identified (otherwise the answer is "beyond the data").
+Drafts trained elsewhere (another machine or recipe) sit beside the curve as labelled points, never in the fit.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 from scipy.optimize import curve_fit
+
+from eagle3lab.io import InputError
+
+BEYOND = "beyond the data"
 
 
 def saturating(n, a, b, c):
@@ -60,6 +67,10 @@ class ScalingFit:
         sizes = np.array([size_for(tau, *p) for p in self.boot])
         return tuple(float(x) for x in np.quantile(sizes, [(1 - level) / 2, (1 + level) / 2]))
 
+    def reported(self, size: float) -> float | str:
+        """A size read off this fit as a table shows it (`fitted_size`)."""
+        return fitted_size(size, self.ceiling_identified, self.sizes)
+
     def to_json(self) -> dict:
         d = asdict(self)
         d.pop("boot")
@@ -70,6 +81,14 @@ def size_for(tau: float, a: float, b: float, c: float) -> float:
     if tau >= a or b <= 0 or c <= 0:
         return math.inf
     return float(((a - tau) / b) ** (-1.0 / c))
+
+
+def fitted_size(size: float, ceiling_identified: bool, sizes: list[float]) -> float | str:
+    """What to report for a data size read off a fit of `sizes`: the size itself inside the measured range, or past
+    it when the ceiling is identified and the fit reaches the accept length at all; BEYOND otherwise. Past the data
+    with the ceiling unidentified, the extrapolation follows the bound the config allows, not the data (the reference
+    run's 22-180 conversations gave "8.3e+15 conversations for 2x")."""
+    return size if size <= max(sizes) or (ceiling_identified and math.isfinite(size)) else BEYOND
 
 
 def _fit_params(sizes, taus, ceiling):
@@ -192,15 +211,47 @@ def fit_sets(per_prompt, cost: CostModel, *, ceiling: float, boot: int, seed: in
                 "ceiling identified": fit.ceiling_identified,
                 "ceiling a": fit.a,
                 "exponent c": fit.c,
-                "records for break-even": fit.size_for(cost.break_even_tau),
-                "90% interval": fit.size_for_interval(cost.break_even_tau),
-                "records for 2x": fit.size_for(cost.tau_for_speedup(2)),
+                "records for break-even": fit.reported(fit.size_for(cost.break_even_tau)),
+                "90% interval": tuple(map(fit.reported, fit.size_for_interval(cost.break_even_tau))),
+                "records for 2x": fit.reported(fit.size_for(cost.tau_for_speedup(2))),
                 "largest measured": matrix.index.max(),
                 "accept length there": largest_tau,
                 "predicted speedup there": float(cost.speedup(largest_tau)),
             }
         )
     return fits, points, rows
+
+
+def labelled_points(rows: list[dict], config: str, provenances: dict, fits: dict) -> list[dict]:
+    """Drafts trained elsewhere, beside the fitted curves (never in them: another machine and recipe trained them).
+    `provenances`: draft folder -> its provenance record (`pipeline.gpu_adopt.read_provenance`), None for a draft
+    without one (no data size to place it at: left out). `rows`: stage 04's benchmark of the final draft, where the
+    third-party drafts run beside it. Each point: training conversations and tokens, accept length per set at
+    `config`, and what that set's fit predicts at that size."""
+    points = []
+    for folder, record in provenances.items():
+        if record is None:
+            continue
+        name = Path(folder).name
+        measured = {r["set"]: r["accept_length"] for r in rows if r["system"] == name and r["config"] == config}
+        if not measured:
+            raise InputError(
+                f"metrics/benchmark.json: no row of third-party draft '{name}' at config {config} (the sweep's): "
+                f"add {config} to benchmark.configs in params.yaml"
+            )
+        data = record["data"]
+        points.append(
+            {
+                "draft": name,
+                "responses": data["responses"],
+                "conversations": data["conversations"],
+                "tokens": data["tokens_trained"],
+                "hardware": record["hardware"],
+                "accept_length": measured,
+                "fit_there": {s: float(fits[s].predict(data["conversations"])) for s in measured if s in fits},
+            }
+        )
+    return points
 
 
 def tuned_cost_model(tune_result: dict) -> CostModel | None:

@@ -15,7 +15,7 @@ import tarfile
 from pathlib import Path
 
 from eagle3lab import paths
-from eagle3lab.io import atomic_path, write_json
+from eagle3lab.io import InputError, atomic_path, require, sha256_file, write_json
 from eagle3lab.pipeline.gpu_run import YARDSTICK, yardstick
 
 
@@ -38,8 +38,42 @@ def adopt(results: Path, root: Path = paths.ROOT) -> Path:
     folder = root / "drafts" / f"{target.split('-')[0]}-gpu-{best}"
     with atomic_path(folder) as tmp:
         shutil.copytree(results / "drafts" / best, tmp)
-        write_json(tmp / "provenance.json", provenance(run, metrics, best))
+        write_json(tmp / "provenance.json", provenance(run, metrics, best) | {"sha256": weight_hashes(tmp)})
     return folder
+
+
+def weight_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of each weight file of a draft folder (one, or shards), by file name."""
+    return {f.name: sha256_file(f) for f in sorted(folder.glob("*.safetensors"))}
+
+
+def read_provenance(folder: Path) -> dict | None:
+    """A committed draft's provenance.json (the schema `provenance` writes), checked: the fields stage 05 places the
+    draft by, and every weight file's sha256, so the record cannot silently describe other weights. None when the
+    folder has none (a draft from elsewhere: benchmarked, but with no data size to place it at)."""
+    path = folder / "provenance.json"
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    for field in ("draft", "commit", "hardware"):
+        require(record, field, str(path))
+    data = require(record, "data", str(path), dict)
+    require(data, "responses", f"{path}: data", str)
+    for field in ("conversations", "tokens_trained"):
+        require(data, field, f"{path}: data", int)
+    recorded = require(record, "sha256", str(path), dict)
+    actual = weight_hashes(folder)
+    wrong = [
+        f"{n}: recorded {recorded.get(n)}, found {actual.get(n)}"
+        for n in sorted(recorded | actual)
+        if recorded.get(n) != actual.get(n)
+    ]
+    if wrong:
+        raise InputError(f"{path}: field 'sha256' does not match the weights beside it ({'; '.join(wrong)})")
+    return record
 
 
 def provenance(run: dict, metrics: Path, name: str) -> dict:

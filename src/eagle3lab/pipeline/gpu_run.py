@@ -33,7 +33,7 @@ GPU_STAGES = ("dataset_survey", "regenerate", "train_draft", "benchmark")
 FIXED_SECONDS = {"dataset_survey": 40, "benchmark": 120, "export": 20}
 REGEN_SHARE = 0.4
 # Training tokens a conversation costs an epoch at TTT length 3: prompt + answer, ~480 (1,486 regenerated
-# conversations = 712k tokens, ../shared/drafts/README.md); a TTT step costs about as much again as the first.
+# conversations = 712k tokens, drafts/README.md); a TTT step costs about as much again as the first.
 TRAIN_TOKENS_PER_CONVERSATION = 480
 YARDSTICK = ("mtbench", "1,5,1,6")  # issue 11's goal: accept length 2.0 or more there; the sweep ranks drafts
 # Cuts for the box's few minutes: one on-policy batch in the survey; the benchmark keeps the accept-length
