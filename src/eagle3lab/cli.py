@@ -22,6 +22,7 @@ COMMANDS = {
         "main",
         "check an SGLang launch line, a draft and a server for a bypassed draft",
     ),
+    "serve": ("eagle3lab.serving.cli", "main", "serve the target with a draft in vLLM on loopback, printing the line"),
     "stage": ("eagle3lab.pipeline.stages", "main", "run one pipeline stage notebook through papermill"),
     "sglang": (
         "eagle3lab.serving.sglang",

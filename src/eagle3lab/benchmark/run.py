@@ -31,6 +31,7 @@ from eagle3lab.devices import DEVICE_HELP, resolve_device
 from eagle3lab.io import InputError, write_json
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import add_options, from_options, option
+from eagle3lab.serving.client import ServerError
 
 DEFAULT_CONFIGS = ("1,0,0,0", "1,3,1,4", "1,5,1,6")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -87,6 +88,13 @@ class BenchSettings:
     prompt_lookup_tokens: int = option(10, "tokens hf-prompt-lookup proposes per step")
     seed: int = option(0, "sampling seed")
     device: str = option("auto", f"where models run: {DEVICE_HELP}")
+    engine: str = option(
+        "local",
+        "local (the project's engine) or vllm (a real vLLM server per config: chain configs 1,k,1,k+1; with --peers "
+        "the local baseline and HF generate run beside it)",
+        choices=("local", "vllm"),
+    )
+    eager: bool = option(False, "vllm: --enforce-eager instead of vLLM's default inductor compile")
     output: str | None = option(None, "write the JSON result here")
 
 
@@ -310,11 +318,20 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     settings = from_options(args, BenchSettings)
     try:
-        result = run_benchmark(settings=settings, progress=not args.quiet)
+        if settings.engine == "local":
+            result = run_benchmark(settings=settings, progress=not args.quiet)
+            print(format_table(result))
+        else:
+            from eagle3lab.benchmark.served import SERVED_COLUMNS, run_served_benchmark
+
+            result = run_served_benchmark(settings)
+            print(render_rows(result["rows"], SERVED_COLUMNS))
     except (InputError, ValueError) as e:
         print(f"eagle3lab bench: {e}", file=sys.stderr)
         return 2
-    print(format_table(result))
+    except ServerError as e:  # a served engine that failed to start or died: its log's tail is in the message
+        print(f"eagle3lab bench: {e}", file=sys.stderr)
+        return 1
     if settings.output:
         write_json(Path(settings.output), result)
         print(f"wrote {settings.output}")

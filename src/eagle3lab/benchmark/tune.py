@@ -30,6 +30,7 @@ from eagle3lab.io import InputError, write_json
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import add_options, from_options, option
 from eagle3lab.paths import ARTIFACTS
+from eagle3lab.serving.client import ServerError
 
 DO_NOT_SPECULATE = "do not speculate"
 
@@ -55,6 +56,13 @@ class TuneSettings:
     dtype: str = option("float32", "model dtype", choices=DTYPES)
     threads: int | None = option(None, "torch threads (default: torch's)")
     device: str = option("auto", f"where models run: {DEVICE_HELP}")
+    engine: str = option(
+        "local",
+        "local (the project's engine: trees, adaptive drafting) or vllm (chains 1,k,1,k+1, costs and acceptance "
+        "measured on real vLLM servers, k up to --max-steps)",
+        choices=("local", "vllm"),
+    )
+    eager: bool = option(False, "vllm: --enforce-eager instead of vLLM's default inductor compile")
     output: str = option(str(ARTIFACTS / "tune.json"), "write the JSON result here")
 
 
@@ -283,11 +291,20 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     settings = from_options(args, TuneSettings)
     try:
-        result = tune(settings, progress=not args.quiet)
+        if settings.engine == "local":
+            result = tune(settings, progress=not args.quiet)
+            print(format_result(result))
+        else:
+            from eagle3lab.benchmark.tune_engine import format_engine_result, tune_in_engine
+
+            result = tune_in_engine(settings) | {"settings": asdict(settings)}
+            print(format_engine_result(result))
     except (InputError, ValueError) as e:
         print(f"eagle3lab tune: {e}", file=sys.stderr)
         return 2
-    print(format_result(result))
+    except ServerError as e:  # a served engine that failed to start or died: its log's tail is in the message
+        print(f"eagle3lab tune: {e}", file=sys.stderr)
+        return 1
     write_json(Path(settings.output), result)
     print(f"wrote {settings.output}")
     return 0

@@ -51,6 +51,7 @@ class Completion:
     api: str  # "generate" or "chat"
     meta: dict | None  # SGLang's meta_info, when the server sends it
     seconds: float = 0.0
+    token_ids: list[int] | None = None  # the generated ids, from servers that return them (vLLM's completions)
 
     @property
     def accept_length(self) -> float | None:
@@ -130,6 +131,25 @@ def read_chat(body: dict, where: str) -> Completion:
         finish_reason=_finish(choice.get("finish_reason")),
         api="chat",
         meta=meta,
+    )
+
+
+def read_completion(body: dict, where: str) -> Completion:
+    """A /v1/completions answer; vLLM adds the generated `token_ids` when asked (`return_token_ids`)."""
+    try:
+        choice = body["choices"][0]
+        text = choice["text"] or ""
+    except (KeyError, IndexError, TypeError) as e:
+        raise ServerError(f"{where}: unexpected response (no {e}): {str(body)[:200]}") from None
+    ids = choice.get("token_ids")
+    return Completion(
+        text=text,
+        completion_tokens=_int_or_none((body.get("usage") or {}).get("completion_tokens")),
+        verify_ct=None,
+        finish_reason=_finish(choice.get("finish_reason")),
+        api="completions",
+        meta=None,
+        token_ids=[int(t) for t in ids] if isinstance(ids, list) else None,
     )
 
 
@@ -217,6 +237,30 @@ class ServerClient:
         completion = read_chat(json_object(response), f"{self.url}/v1/chat/completions")
         completion.seconds = seconds
         return completion
+
+    def complete(self, input_ids: list[int], *, max_tokens: int, temperature: float = 0.0) -> Completion:
+        """POST /v1/completions with the prompt as token ids (exactly the ids another engine is given), asking for
+        the generated ids back (vLLM's `return_token_ids`; servers without it leave `token_ids` None)."""
+        body = {
+            "model": self.discover_model(),
+            "prompt": list(input_ids),
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "return_token_ids": True,
+        }
+        t0 = time.perf_counter()
+        response = self.http.post("/v1/completions", json=body)
+        seconds = time.perf_counter() - t0
+        completion = read_completion(json_object(response), f"{self.url}/v1/completions")
+        completion.seconds = seconds
+        return completion
+
+    def metrics(self) -> str:
+        """GET /metrics: the server's Prometheus text (vLLM's speculation counters live there)."""
+        response = self.http.get("/metrics")
+        if response.status_code != 200:
+            raise ServerError(f"{self.url}/metrics: HTTP {response.status_code}", response.status_code)
+        return response.text
 
 
 class AsyncServerClient:

