@@ -127,3 +127,36 @@ def test_the_trained_draft_speculates_in_vllm_and_greedy_output_equals_vllms_bas
     assert row["drafts"] > 0 and 1.2 < row["accept_length"] <= 3.0  # k=2: at most 3 tokens a round
     first, second = row["position_acceptance"]
     assert first >= second > 0 and row["accepted"] == round((first + second) * row["drafts"])
+
+
+def _served(system, config, tokens, seconds, drafts=None, per_position=()):
+    return {
+        "system": system,
+        "config": config,
+        "completion_tokens": tokens,
+        "seconds": seconds,
+        "drafts": drafts,
+        "per_position": list(per_position),
+    }
+
+
+def test_a_benchmark_of_every_k_calibrates_the_model_and_checks_it_on_the_k_between():
+    from eagle3lab.benchmark.tune_engine import calibration_from
+
+    # one prompt per config: 100 tokens; plain steps 30 ms; rounds 33 ms at k=1 and 43 ms at k=3
+    per_prompt = [
+        _served("baseline", "1,0,0,0", 100, 3.0),
+        _served("d", "1,1,1,2", 100, 0.033 * 70, drafts=70, per_position=(30,)),
+        _served("d", "1,3,1,4", 100, 0.043 * 60, drafts=60, per_position=(27, 9, 4)),
+        _served("other", "1,3,1,4", 100, 9.9, drafts=99, per_position=(1, 1, 1)),  # another draft: not counted
+    ]
+    cal = calibration_from(
+        {"per_prompt": per_prompt, "meta": {"engine": "vllm", "engine_settings": {}, "servers": []}}, "drafts/d", 3
+    )
+    assert cal["step_s"] == pytest.approx(0.030) and cal["round_s"] == pytest.approx({1: 0.033, 3: 0.043})
+    assert cal["position_acceptance"] == pytest.approx([0.45, 0.15, 4 / 60]) and cal["rounds"] == 60
+    k2 = next(p for p in predict(cal) if p["k"] == 2)
+    assert k2["round_s"] == pytest.approx(0.038) and k2["speedup"] == pytest.approx(1.6 * 0.030 / 0.038)
+    no_rounds = [r | {"drafts": 0} if r["config"] == "1,1,1,2" else r for r in per_prompt]
+    with pytest.raises(InputError, match="the draft at k=1 drafted no round"):
+        calibration_from({"per_prompt": no_rounds, "meta": {}}, "drafts/d", 3)

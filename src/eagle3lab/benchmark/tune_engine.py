@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shlex
 import statistics
+from pathlib import Path
 
 from eagle3lab.benchmark.served import make_engine, run_served_benchmark
 from eagle3lab.benchmark.table import Column, render_rows
@@ -70,8 +71,14 @@ def calibrate(settings) -> dict:
     deepest = settings.max_steps
     if deepest < 2:
         raise InputError(f"--max-steps {deepest}: calibration needs the draft at k=1 and at a deeper k (>= 2)")
-    measured = _bench(settings, [BASELINE.label, chain(1), chain(deepest)])
-    base, one, deep = (_totals(measured["per_prompt"], c) for c in (BASELINE.label, chain(1), chain(deepest)))
+    return calibration_from(_bench(settings, [BASELINE.label, chain(1), chain(deepest)]), settings.draft, deepest)
+
+
+def calibration_from(measured: dict, draft, deepest: int) -> dict:
+    """The calibration read off a `bench --engine` result that holds the baseline and `draft` at k=1 and k=deepest
+    (stage 04's benchmark of several k serves as its own calibration)."""
+    mine = [r for r in measured["per_prompt"] if r["system"] in ("baseline", Path(draft).name)]
+    base, one, deep = (_totals(mine, c) for c in (BASELINE.label, chain(1), chain(deepest)))
     for name, t in (("k=1", one), (f"k={deepest}", deep)):
         if not t["rounds"]:
             raise InputError(f"calibration: the draft at {name} drafted no round (the engine did not speculate)")
@@ -100,8 +107,8 @@ def predict(cal: dict) -> list[dict]:
     return sorted(out, key=lambda p: -p["speedup"])
 
 
-def _measured(rows: list[dict], label: str) -> dict:
-    mine = [r for r in rows if r["config"] == label and r["draft"] and r["engine"] != "local"]
+def _measured(rows: list[dict], label: str, system: str) -> dict:
+    mine = [r for r in rows if r["config"] == label and r["system"] == system and r["engine"] != "local"]
     return {
         "measured_speedup": statistics.median(r["speedup_vs_baseline"] for r in mine) if mine else None,
         "measured_accept_length": statistics.median(r["accept_length"] for r in mine) if mine else None,
@@ -109,33 +116,51 @@ def _measured(rows: list[dict], label: str) -> dict:
     }
 
 
-def tune_in_engine(settings) -> dict:
-    """The whole run (TuneSettings with `engine` set): calibration, predictions, benchmark of the top few, decision."""
-    cal = calibrate(settings)
-    ranked = predict(cal)
-    chosen = [p for p in ranked if p["speedup"] > 1.0][: max(settings.top, 1)]
-    result = {"engine": cal["engine"], "calibration": cal, "predictions": ranked, "ranked": [], "benchmark": None}
-    result |= {"winner": None, "decision": DO_NOT_SPECULATE, "launch": None, "doctor": None}
-    if not chosen or settings.top == 0:
-        return result
-    bench = _bench(settings, [p["label"] for p in chosen], peers=("hf-generate",))
+def _result(cal: dict) -> dict:
+    return {"engine": cal["engine"], "calibration": cal, "predictions": predict(cal), "ranked": [], "benchmark": None}
+
+
+def _decide(result: dict, predictions: list[dict], bench: dict, settings, draft) -> dict:
+    """Predictions beside their measurement in `bench` (best measured first); speculate only when the best beats
+    the engine's baseline, with its launch line and the doctor's verdict."""
+    system = Path(draft).name
     result["benchmark"] = bench
     result["ranked"] = sorted(
-        (p | _measured(bench["rows"], p["label"]) for p in chosen), key=lambda r: -(r["measured_speedup"] or 0.0)
+        (p | _measured(bench["rows"], p["label"], system) for p in predictions),
+        key=lambda r: -(r["measured_speedup"] or 0.0),
     )
-    best = result["ranked"][0]
-    if (best["measured_speedup"] or 0.0) > 1.0:
+    result |= {"winner": None, "decision": DO_NOT_SPECULATE, "launch": None, "doctor": None}
+    best = result["ranked"][0] if result["ranked"] else None
+    if best and (best["measured_speedup"] or 0.0) > 1.0:
         result["winner"], result["decision"] = best, best["label"]
-        result["launch"], result["doctor"] = launch_line(settings, best["k"])
+        result["launch"], result["doctor"] = launch_line(settings, draft, best["k"])
     return result
 
 
-def launch_line(settings, k: int) -> tuple[list[str], dict]:
-    """The engine's launch line for the tuned k, and the doctor's verdict on it (import late: the doctor is heavy)."""
+def tune_in_engine(settings) -> dict:
+    """The whole run (TuneSettings with `engine` set): calibration, predictions, benchmark of the top few, decision."""
+    result = _result(calibrate(settings))
+    chosen = [p for p in result["predictions"] if p["speedup"] > 1.0][: max(settings.top, 1)]
+    if not chosen or settings.top == 0:  # nothing predicted to pay (or predict only): nothing to benchmark
+        return _decide(result, [], {"rows": []}, settings, settings.draft)
+    bench = _bench(settings, [p["label"] for p in chosen], peers=("hf-generate",))
+    return _decide(result, chosen, bench, settings, settings.draft)
+
+
+def tune_from_benchmark(bench: dict, settings, draft, deepest: int) -> dict:
+    """The same decision from a `bench --engine` run that measured `draft` at every k up to `deepest` (stage 04):
+    calibrated on k=1 and k=deepest, so the k between them check the model against the measurement."""
+    result = _result(calibration_from(bench, draft, deepest))
+    return _decide(result, result["predictions"], bench, settings, draft)
+
+
+def launch_line(settings, draft, k: int) -> tuple[list[str], dict]:
+    """The engine's launch line for `draft` at k, and the doctor's verdict on it (import late: the doctor is heavy).
+    `settings`: TuneSettings or BenchSettings (engine, dtype, compile mode, target)."""
     from eagle3lab.doctor.diagnosis import diagnose
 
-    command = make_engine(settings).launch_command(resolve(settings.target), port=8000, draft=settings.draft, k=k)
-    return command, diagnose(launch=command, draft=settings.draft).to_dict()
+    command = make_engine(settings).launch_command(resolve(settings.target), port=8000, draft=draft, k=k)
+    return command, diagnose(launch=command, draft=draft).to_dict()
 
 
 COLUMNS = (
