@@ -103,6 +103,7 @@ def test_predictions_follow_tau_times_step_over_round():
     by_k = {p["k"]: p for p in predict(cal)}
     assert by_k[1]["accept_length"] == 1.5 and by_k[1]["speedup"] == pytest.approx(1.5 * 0.030 / 0.033)
     assert by_k[2]["round_s"] == pytest.approx(0.038) and by_k[2]["speedup"] == pytest.approx(1.85 * 0.030 / 0.038)
+    assert by_k[2]["tau_for_2x"] == pytest.approx(2 * 0.038 / 0.030)  # the accept length 2x needs at k=2
     assert [p["k"] for p in predict(cal)] == [2, 1]  # best predicted first
 
 

@@ -103,7 +103,8 @@ def predict(cal: dict) -> list[dict]:
         tau = 1.0 + sum(cal["position_acceptance"][:k])
         round_s = round_1 + (k - k1) * cal["round_s_per_k"]
         out.append({"label": chain(k), "k": k, "accept_length": tau, "round_s": round_s})
-        out[-1]["speedup"] = tau * cal["step_s"] / round_s
+        # break-even and 2x: the accept length at which a round's tokens pay for its cost once and twice over
+        out[-1] |= {"speedup": tau * cal["step_s"] / round_s, "tau_for_2x": 2 * round_s / cal["step_s"]}
     return sorted(out, key=lambda p: -p["speedup"])
 
 
@@ -168,6 +169,7 @@ COLUMNS = (
     Column("accept", "accept_length", 6, ".2f"),
     Column("round ms", "round_ms", 8, ".1f"),
     Column("predicted", "speedup", 9, ".2f"),
+    Column("2x needs", "tau_for_2x", 8, ".2f"),
     Column("measured", "measured_speedup", 8, ".2f"),
     Column("meas. acc", "measured_accept_length", 9, ".2f"),
     Column("x HF", "measured_vs_hf", 5, ".2f"),
