@@ -14,7 +14,7 @@ import torch
 
 from eagle3lab.io import read_jsonl
 from eagle3lab.regen.batching import BatchGenerator
-from eagle3lab.regen.bench import transformers_serve
+from eagle3lab.regen.bench import serve_model
 from eagle3lab.regen.cli import main as regen_main
 from eagle3lab.regen.errors import RegenError
 from eagle3lab.regen.files import RunFiles, truncate_torn_tail
@@ -262,7 +262,7 @@ def test_torn_tail_truncation(tmp_path):
 @pytest.fixture(scope="module")
 def served(tiny_target, tmp_path_factory):
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with transformers_serve(tiny_target, log_path=log) as (address, proc):
+    with serve_model(tiny_target, log_path=log) as (address, proc):
         yield address
 
 
@@ -316,7 +316,7 @@ def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target):
     n = 12
     path = write_rows(tmp_path / "in.jsonl", [chat(i) for i in range(n)])
     out = tmp_path / "out.jsonl"
-    with transformers_serve(tiny_target, log_path=tmp_path / "serve1.log") as (address, server):
+    with serve_model(tiny_target, log_path=tmp_path / "serve1.log") as (address, server):
         proc = _run_cli(
             [
                 "--backend",
@@ -350,7 +350,7 @@ def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target):
     errors = list(read_jsonl(tmp_path / "out.errors.jsonl"))
     assert errors and all("gave up after 2 attempts" in e["error"] for e in errors)
     assert f"= success {len(_ids(out))} + error {len(errors)} + skipped 0 [OK]" in stdout
-    with transformers_serve(tiny_target, log_path=tmp_path / "serve2.log") as (address, _):
+    with serve_model(tiny_target, log_path=tmp_path / "serve2.log") as (address, _):
         result = regenerate(
             path,
             out,

@@ -1,8 +1,12 @@
 """`eagle3lab regen bench`: regeneration throughput (a command that prints figures, never a test).
 
 On the same seeded ShareGPT prompts: plain batch-1 `generate`, the local backend at batch 1, the local backend with
-each engine (eagle3lab's BatchGenerator, transformers' paged continuous batching), and `transformers serve` through
-the openai backend.
+each engine (eagle3lab's BatchGenerator, transformers' paged continuous batching) at each --batch-size, and a server
+(`transformers serve` or vLLM, --server-engine) through the openai backend at each --serve-concurrency. Figures are
+`NAME_tok_s`: local_ENGINE_bB, SERVER_cC, and local_ENGINE (the engine's best batch size).
+
+    eagle3lab regen bench --engines batching --batch-size 1 4 16 --server-engine vllm --serve-concurrency 1 4 16 \\
+        --n 32 --serve-n 32 --baseline-n 0 --max-new-tokens 128 --device cpu
 """
 
 from __future__ import annotations
@@ -12,32 +16,44 @@ import contextlib
 import json
 import os
 import random
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eagle3lab.devices import DEVICE_HELP, clock, resolve_device
-from eagle3lab.io import write_jsonl
+from eagle3lab.io import InputError, write_jsonl
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import add_options, from_options, option
 from eagle3lab.regen.errors import RegenError
 from eagle3lab.regen.inputs import PromptLength, SkippedRow, plan_conversation
 from eagle3lab.regen.run import regenerate
 from eagle3lab.regen.settings import DTYPES
+from eagle3lab.serving.engine import EngineMissing
 from eagle3lab.serving.processes import ServerError, free_port, start_server, transformers_serve_command
+
+SERVER_ENGINES = ("transformers", "vllm")
 
 
 @dataclass
 class BenchSettings:
-    n: int = option(64, "prompts for the batched engines")
+    n: int = option(64, "prompts for the local engines")
     max_new_tokens: int = option(256, "new tokens per answer at most")
-    batch_size: int = option(32, "rows decoded together at most")
+    batch_size: list[int] = option(
+        (32,), "rows decoded together at most by the local engines (several: each)", metavar="N"
+    )
     max_batch_tokens: int = option(65536, "KV-cache budget in tokens (see eagle3lab regen)")
     baseline_n: int = option(4, "prompts for the batch-1 baselines (0 skips them)")
     engines: list[str] = option(("batching", "continuous"), "local engines to measure", metavar="ENGINE")
-    serve_n: int = option(16, "prompts through transformers serve (0 skips it)")
-    serve_concurrency: int = option(4, "requests in flight to transformers serve")
+    serve_n: int = option(16, "prompts through the server, the first of the local engines' (0 skips the server)")
+    server_engine: str = option(
+        "transformers",
+        "the server the openai backend measures: `transformers serve` or vLLM (its own environment: `make vllm`)",
+        choices=SERVER_ENGINES,
+    )
+    serve_concurrency: list[int] = option((4,), "requests in flight to the server (several: each)", metavar="N")
+    server_compile: bool = option(True, "start vLLM eager (--enforce-eager) instead of compiled")
     dtype: str = option("bfloat16", "model dtype", choices=DTYPES)
     device: str = option("auto", f"where models run: {DEVICE_HELP}")
     target: str = option(DEFAULT_TARGET, "the model")
@@ -45,26 +61,41 @@ class BenchSettings:
     workdir: str | None = option(None, "where prompts and outputs go (a temp dir)")
 
     def __post_init__(self):
-        self.engines = list(self.engines)
+        self.engines, self.batch_size = list(self.engines), list(self.batch_size)
+        self.serve_concurrency = list(self.serve_concurrency)
+
+
+def _start(engine: str, model_dir, port: int, dtype: str, device: str, compile: bool, timeout: float, log_path):
+    """The server's start (a context manager from eagle3lab.serving): the engine decides only the launch line."""
+    if engine == "vllm":
+        from eagle3lab.serving.vllm import VLLM
+
+        where = "cuda" if resolve_device(device).type == "cuda" else "cpu"
+        vllm = VLLM(dtype=dtype, compile=compile, startup_timeout=timeout, device=where)
+        return vllm.serve(vllm.launch_command(model_dir, port=port), log_path=log_path)
+    cmd = transformers_serve_command(model_dir, port, dtype, device)
+    return start_server(cmd, f"http://127.0.0.1:{port}", timeout, log_path=log_path)
 
 
 @contextlib.contextmanager
-def transformers_serve(
+def serve_model(
     model_dir: str | os.PathLike,
     *,
+    engine: str = "transformers",
     port: int | None = None,
     dtype: str = "auto",
     device: str = "auto",
-    startup_timeout: float = 180.0,
+    compile: bool = True,
+    startup_timeout: float = 600.0,
     log_path: str | os.PathLike | None = None,
 ):
-    """Run `transformers serve MODEL_DIR` on 127.0.0.1; yield (address, process) once /health answers; stop it after."""
+    """Serve MODEL_DIR with `engine` (one of SERVER_ENGINES) on 127.0.0.1; yield (address, process) once /health
+    answers; stop its process group after."""
     port = port or free_port()
-    cmd = transformers_serve_command(model_dir, port, dtype, device)
     try:
-        with start_server(cmd, f"http://127.0.0.1:{port}", startup_timeout, log_path=log_path) as server:
+        with _start(engine, model_dir, port, dtype, device, compile, startup_timeout, log_path) as server:
             yield f"127.0.0.1:{port}", server.process
-    except ServerError as e:
+    except (ServerError, EngineMissing) as e:
         raise RegenError(str(e)) from None
 
 
@@ -123,7 +154,8 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
     prompts = bench_prompts(s.n, tokenizer, s.max_prompt_tokens)
     figures: dict = {**asdict(s), "n": len(prompts), "device": str(device)}
 
-    def local(name: str, rows: list[dict], **overrides):
+    def measure(name: str, rows: list[dict], **overrides) -> None:
+        """One regeneration run, local or through a server (the same `regenerate` call), into figures[name_tok_s]."""
         write_jsonl(workdir / f"{name}_prompts.jsonl", rows)
         result = regenerate(
             workdir / f"{name}_prompts.jsonl",
@@ -139,36 +171,35 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
         figures["hf_batch1_tok_s"] = tokens / seconds
         log(f"hf_batch1 (plain generate): {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.1f} tok/s")
         del loaded
-    if s.baseline_n:  # the local decode loop one row at a time: separates batching from loop overheads
-        local("local_batch1", prompts[: s.baseline_n], batch_size=1, engine="batching", device=s.device)
+        # the local decode loop one row at a time: separates batching from loop overheads
+        measure("local_batch1", prompts[: s.baseline_n], batch_size=1, engine="batching", device=s.device)
     for engine in s.engines:
-        local(
-            f"local_{engine}",
-            prompts,
-            batch_size=s.batch_size,
-            max_batch_tokens=s.max_batch_tokens,
-            engine=engine,
-            device=s.device,
-        )
+        for b in s.batch_size:
+            local = dict(batch_size=b, max_batch_tokens=s.max_batch_tokens, engine=engine, device=s.device)
+            measure(f"local_{engine}_b{b}", prompts, **local)
+        # the engine's best, the figure gpu_run sizes regeneration by
+        figures[f"local_{engine}_tok_s"] = max(figures[f"local_{engine}_b{b}_tok_s"] for b in s.batch_size)
     if s.serve_n:
-        write_jsonl(workdir / "serve_prompts.jsonl", prompts[: s.serve_n])
-        serve = transformers_serve(resolve(s.target), dtype=s.dtype, device=s.device, log_path=workdir / "serve.log")
-        with serve as (address, _):
-            result = regenerate(
-                workdir / "serve_prompts.jsonl",
-                workdir / "serve.jsonl",
-                backend="openai",
-                max_turns=1,
-                max_new_tokens=s.max_new_tokens,
-                server_addresses=[address],
-                concurrency=s.serve_concurrency,
-                target=s.target,
-                log=log,
-            )
-        figures["serve_tok_s"] = result.tokens_per_s
-        log(f"transformers serve (openai backend, concurrency {s.serve_concurrency}): {result.tokens_per_s:.1f} tok/s")
+        _measure_server(s, measure, prompts[: s.serve_n], workdir / f"{s.server_engine}.log")
     log(json.dumps(figures))
     return figures
+
+
+def _measure_server(s: BenchSettings, measure: Callable, rows: list[dict], log_path: Path) -> None:
+    """The openai backend against one server of `s.server_engine`, started once, at each concurrency."""
+    from eagle3lab.models.target import resolve
+
+    started = serve_model(
+        resolve(s.target),
+        engine=s.server_engine,
+        dtype=s.dtype,
+        device=s.device,
+        compile=s.server_compile,
+        log_path=log_path,
+    )
+    with started as (address, _):
+        for c in s.serve_concurrency:
+            measure(f"{s.server_engine}_c{c}", rows, backend="openai", server_addresses=[address], concurrency=c)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -178,5 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    bench(from_options(build_parser().parse_args(argv), BenchSettings))
+    try:
+        bench(from_options(build_parser().parse_args(argv), BenchSettings))
+    except (RegenError, InputError) as e:
+        print(f"eagle3lab regen bench: error: {e}", file=sys.stderr)
+        return 2
     return 0

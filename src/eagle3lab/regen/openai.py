@@ -1,5 +1,7 @@
 """The openai backend: async HTTP (eagle3lab.serving.client) to one or several OpenAI-compatible servers (SGLang, vLLM,
-`transformers serve`), least-loaded choice among healthy servers, bounded concurrency, retries with backoff."""
+`transformers serve`), least-loaded choice among healthy servers, bounded concurrency, retries with backoff. The chat
+API applies the served model's own chat template, so the prompts are those the local backend builds (greedy fp32
+vLLM answers matched the local engine's, checked by hand)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from eagle3lab.regen.errors import NoServerError, RegenError
 from eagle3lab.regen.files import RunFiles
 from eagle3lab.regen.inputs import Job, PromptLength
 from eagle3lab.regen.progress import Progress
-from eagle3lab.serving.client import AsyncServerClient, ServerError, normalize_url
+from eagle3lab.serving.client import AsyncServerClient, ServerError, json_object, normalize_url
 
 
 @dataclass
@@ -82,10 +84,12 @@ class OpenAIClient:
         await self._stack.aclose()
         self.clients, self._stack = {}, None
 
-    async def check(self) -> str:
-        """Fail fast, with a clear message, when no server answers; return the model name to request."""
+    async def check(self) -> tuple[str, int | None]:
+        """Fail fast, with a clear message, when no server answers; return the model name to request and the
+        context the servers serve it with (None when they do not say)."""
         async with self:
-            return await self._check()
+            model = await self._check()
+            return model, await self._served_context()
 
     async def _check(self) -> str:
         up, problems = [], []
@@ -99,8 +103,9 @@ class OpenAIClient:
         if not up:
             raise NoServerError(
                 "no regeneration server is reachable: " + "; ".join(problems) + ". Start one first, e.g. "
-                "`transformers serve MODEL_DIR --port PORT` or `python -m sglang.launch_server --model-path MODEL "
-                "--port PORT`, then pass --server-address HOST:PORT"
+                "`transformers serve MODEL_DIR --port PORT`, `python -m vllm.entrypoints.openai.api_server --model "
+                "MODEL_DIR --port PORT` or `python -m sglang.launch_server --model-path MODEL --port PORT`, then pass "
+                "--server-address HOST:PORT"
             )
         if self.model is None:
             try:
@@ -108,6 +113,25 @@ class OpenAIClient:
             except ServerError as e:
                 raise RegenError(f"{e} (or pass --model NAME)") from None
         return self.model
+
+    async def _served_context(self) -> int | None:
+        """The smallest `max_model_len` the servers list for the model in /v1/models (vLLM and SGLang do;
+        `transformers serve` does not); servers found down by the check are left to the run's retries."""
+        found = []
+        for server in self.pool.servers:
+            if server.down_until > time.monotonic():
+                continue
+            try:
+                response = await self.clients[server.url].http.get("/v1/models", timeout=10.0)
+                cards = json_object(response).get("data") or []
+            except (httpx.HTTPError, ServerError):
+                continue
+            found += [
+                c["max_model_len"]
+                for c in cards
+                if isinstance(c, dict) and c.get("id") == self.model and isinstance(c.get("max_model_len"), int)
+            ]
+        return min(found, default=None)
 
     async def complete(self, messages: list[dict], max_tokens: int, temperature: float) -> TurnResult:
         last = "no attempt"

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from eagle3lab.regen.errors import RegenError
 from eagle3lab.regen.files import Accounting, RunFiles
 from eagle3lab.regen.inputs import Job, PromptLength, Skip, messages_for, read_inputs
 from eagle3lab.regen.progress import Progress
@@ -50,12 +51,23 @@ class _Backend:
     labels: dict  # shown by `eagle3lab monitor`
 
 
+def _openai_context(asked: int | None, served: int | None) -> int | None:
+    """The servers' own limit (vLLM's --max-model-len) bounds prompt + answer: a server refuses a longer request
+    with HTTP 400, which would be an error record on every --resume instead of an over-length skip."""
+    if asked is not None and served is not None and asked > served:
+        raise RegenError(
+            f"--max-context {asked} exceeds the {served} tokens the servers serve the model with (max_model_len in "
+            f"their /v1/models): lower --max-context or restart the servers with a longer context"
+        )
+    return asked or served
+
+
 def _openai_backend(s: RegenSettings) -> _Backend:
     from eagle3lab.regen.openai import OpenAIClient, run_openai
 
     client = OpenAIClient(s.server_addresses, model=s.model, timeout=s.timeout, retries=s.retries, backoff=s.backoff)
-    model_name = asyncio.run(client.check())  # check the servers before touching any file
-    tokenizer, context = _tokenizer_and_context(s.target, s.max_context)
+    model_name, served = asyncio.run(client.check())  # check the servers before touching any file
+    tokenizer, context = _tokenizer_and_context(s.target, _openai_context(s.max_context, served))
     lengths = PromptLength(tokenizer, context, s.max_new_tokens)
 
     def run(jobs, generation, files, progress) -> bool:
