@@ -54,6 +54,11 @@ def headline(metrics: Path) -> list[tuple[str, str, float]]:
             elif row["system"] not in ("baseline", *drafts):  # peers, and third-party drafts at each config
                 config = f" {row['config']}" if row["draft"] else ""
                 add(f"{label}{config}: vs baseline", "speed", row["speedup_vs_baseline"])
+        for row in (b.get("vllm") or {}).get("rows", []):
+            if row["engine"] == "vllm" and row["draft"]:
+                label = f"benchmark vllm {row['set']} {row['system']} {row['config']}"
+                add(f"{label}: accept length", "quality", row["accept_length"])
+                add(f"{label}: vs vLLM baseline", "speed", row["speedup_vs_baseline"])
         for r in (b.get("tuned") or {}).get("predicted_vs_measured", []):
             if r["label"] == b["tuned"]["config"]:  # named "tuned", not by config, like "best" above
                 add("benchmark tuned config: predicted speedup", "speed", r["speedup"])

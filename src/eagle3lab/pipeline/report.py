@@ -172,6 +172,57 @@ def _benchmark(b: dict) -> str:
         )
         + "\n\n![acceptance](figures/benchmark_acceptance.png)\n"
         + _tuned(b.get("tuned"))
+        + _in_vllm(b.get("vllm"))
+    )
+
+
+def _in_vllm(v: dict | None) -> str:
+    """Stage 04's rows from real vLLM servers, and tune's k for each draft there (absent before issue 16)."""
+    if not v:
+        return ""
+    rows = [
+        [
+            r["set"],
+            r["system"],
+            r["config"],
+            r["accept_length"],
+            r["tokens_per_s"],
+            r["speedup_vs_baseline"],
+            r["speedup_vs_local"],
+            r["speedup_vs_hf_generate"],
+            r["identical_rate"],
+        ]
+        for r in v["rows"]
+        if r["engine"] == "vllm"
+    ]
+    mode = "compiled" if v["meta"]["engine_settings"]["compile"] else "eager"
+    tuned = []
+    for name, t in v["tuned"].items():
+        checked = ", ".join(
+            f"{r['label']} {r['speedup']:.2f}x predicted, {r['measured_speedup']:.2f}x measured" for r in t["ranked"]
+        )
+        tuned.append(f"- {name}: **{t['decision']}** (doctor exit {v['doctor_exit_codes'][name]}); {checked}")
+    return (
+        f"\nIn vLLM ({mode}, {v['meta']['engine_settings']['dtype']}, one server per draft and k, the same prompts; "
+        "acceptance from vLLM's counters; speedups against vLLM's own baseline, the local engine's and HF "
+        "generate):\n\n"
+        + _table(
+            [
+                "set",
+                "system",
+                "config",
+                "accept length",
+                "tok/s",
+                "vs vLLM baseline",
+                "vs local baseline",
+                "vs HF generate",
+                "identical output",
+            ],
+            rows,
+        )
+        + "\n\n`eagle3lab tune --engine vllm` on the same run (calibrated on k=1 and the deepest k):\n\n"
+        + "\n".join(tuned)
+        + "\n"
     )
 
 
