@@ -137,7 +137,14 @@ class VLLM:
 
     def environment(self) -> dict:
         # offline: every model is a local folder, and a hub lookup on a closed network only waits
-        env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "HF_HUB_OFFLINE": "1"}
+        env = os.environ | {
+            "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
+            "HF_HUB_OFFLINE": "1",
+            # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no
+            # attribute 'finalize_loading'"), so every compiled start recompiled (about 3 min here); inductor's own
+            # cache, without AOT, loads: a compiled start then takes about 50 s after the first
+            "VLLM_USE_AOT_COMPILE": "0",
+        }
         return env | ({} if self.reserved_cpus is None else {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(self.reserved_cpus)})
 
     def serve(self, command: list[str], *, log_path: Path | None = None):
