@@ -99,9 +99,6 @@ class VLLM:
     compile: bool = True
     method: str = "eagle3"
     kv_cache_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE: vLLM's CPU build sizes its KV cache from it
-    # VLLM_CPU_NUM_OF_RESERVED_CPU: cores kept off the model for the API server; None keeps vLLM's default, which on
-    # 2 cores leaves the model one core (its log: "reserve_cpu_num=1, core ids=[0]")
-    reserved_cpus: int | None = None
     startup_timeout: float = 600.0
     device: str = "cpu"
 
@@ -137,7 +134,7 @@ class VLLM:
 
     def environment(self) -> dict:
         # offline: every model is a local folder, and a hub lookup on a closed network only waits
-        env = os.environ | {
+        return os.environ | {
             "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
             "HF_HUB_OFFLINE": "1",
             # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no
@@ -145,7 +142,6 @@ class VLLM:
             # cache, without AOT, loads: a compiled start then takes about 50 s after the first
             "VLLM_USE_AOT_COMPILE": "0",
         }
-        return env | ({} if self.reserved_cpus is None else {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(self.reserved_cpus)})
 
     def serve(self, command: list[str], *, log_path: Path | None = None):
         port = int(command[command.index("--port") + 1])
