@@ -19,7 +19,7 @@ from eagle3lab.doctor.cli import main
 from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR, OK, WARNING
 from eagle3lab.doctor.launch import parse_launch
-from eagle3lab.regen.bench import transformers_serve
+from eagle3lab.regen.bench import serve_model as transformers_serve  # transformers serve by default
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,7 +214,7 @@ def test_parse_launch_forms():
     assert eq.corrected(algorithm="EAGLE3", context_length=4096) == (
         "sglang serve --model-path /t --speculative-algorithm=EAGLE3 --context-length 4096"
     )
-    assert parse_launch("vllm serve x --tp 2").notes[0].startswith("not an SGLang launch")
+    assert parse_launch("llama-server -m x --tp 2").notes[0].startswith("not an SGLang launch")
     assert "not valid shell syntax" in parse_launch("python -m sglang.launch_server --model-path 'x").notes[0]
     assert any("not an integer" in n for n in parse_launch("sglang serve --model-path t --tp eight").notes)
 

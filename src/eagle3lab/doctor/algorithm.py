@@ -1,8 +1,10 @@
 """Does the target hand the draft what its fc layer expects? The algorithm vs the draft's kind (EAGLE-3 drafts need
-EAGLE3, which captures three aux hidden states), and the aux layers vs the target's depth and width."""
+EAGLE3, which captures three aux hidden states), the model class the engine builds from the draft's architecture name,
+and the aux layers the engine captures vs the target's depth and width and vs the layers the draft was trained on."""
 
 from __future__ import annotations
 
+from eagle3lab.doctor import vllm
 from eagle3lab.doctor.artifacts import DraftInfo, TargetInfo
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
 from eagle3lab.doctor.launch import EAGLE3_ALGORITHMS, EAGLE_ALGORITHMS, Launch, fix_flags
@@ -15,9 +17,7 @@ def _fmt_indices(indices: list[int]) -> str:
 # long: one decision table, algorithm x draft kind, each case a finding with its own evidence
 def check_algorithm(launch: Launch, draft: DraftInfo | None, target: TargetInfo | None) -> list[Finding]:
     algo = launch.algorithm
-    where = (
-        f"{launch.source}: --speculative-algorithm {algo}" if algo else f"{launch.source}: no --speculative-algorithm"
-    )
+    where = f"{launch.source}: {launch.describe('algorithm')}"
     if draft is None:
         return [_algorithm_without_draft(launch, where)]
     kind = draft.kind
@@ -33,13 +33,18 @@ def check_algorithm(launch: Launch, draft: DraftInfo | None, target: TargetInfo 
                 "algorithm",
                 ERROR,
                 "no speculative algorithm: the draft is never loaded",
-                ev + ["without --speculative-algorithm SGLang serves the target alone (or refuses the draft path)"],
+                ev
+                + [f"without {launch.flag('algorithm')} the server runs the target alone (or refuses the draft path)"],
                 fix=fix_flags(launch, algorithm=right),
             )
         ]
     ht = target.hidden_size if target else draft.target_hidden_size
     if kind == "eagle3" and algo in EAGLE_ALGORITHMS:
-        return [_fc_bypassed(launch, draft, ht, ev)]
+        return [
+            _vllm_eagle3_under_eagle(launch, draft, ev)
+            if launch.engine == "vllm"
+            else _fc_bypassed(launch, draft, ht, ev)
+        ]
     if kind == "eagle" and algo in EAGLE3_ALGORITHMS:
         return [
             Finding(
@@ -72,7 +77,9 @@ def check_algorithm(launch: Launch, draft: DraftInfo | None, target: TargetInfo 
                 "algorithm",
                 ERROR if kind in ("eagle3", "eagle") else WARNING,
                 f"{algo} does not run an EAGLE draft",
-                ev + [f"the draft is an {kind.upper()} checkpoint; {algo} uses a different drafting scheme"],
+                ev
+                + [f"the draft is an {kind.upper()} checkpoint; {algo} uses a different drafting scheme"]
+                + launch.syntax.consequences(algo),
                 fix=fix_flags(launch, algorithm=right),
             )
         ]
@@ -134,6 +141,64 @@ def _fc_bypassed(launch: Launch, draft: DraftInfo, ht: int | None, ev: list[str]
     )
 
 
+def _vllm_eagle3_under_eagle(launch: Launch, draft: DraftInfo, ev: list[str]) -> Finding:
+    """vLLM under method eagle builds an EAGLE-1 class for the draft, which an EAGLE-3 checkpoint cannot fill."""
+    arch = (draft.architectures or ["(none)"])[0]
+    resolved = vllm.draft_architecture("eagle", arch)
+    why = f"vLLM {'builds' if resolved in vllm.DRAFT_CLASSES else 'looks for'} {resolved} for it: " + (
+        "an EAGLE-1 class with a 2 x H fc and no d2t, so the weights do not load"
+        if resolved in vllm.DRAFT_CLASSES
+        else f"Model architectures ['{resolved}'] are not supported"
+    )
+    return Finding(
+        "algorithm",
+        ERROR,
+        f"EAGLE-3 draft served with method {vllm.ALGORITHM_METHODS[launch.algorithm]!r}: vLLM will not start",
+        ev + [why, 'EAGLE-3 drafts need "method": "eagle3" (the target then captures the three aux states)'],
+        fix=fix_flags(launch, algorithm="EAGLE3"),
+    )
+
+
+def check_architecture(launch: Launch | None, draft: DraftInfo | None) -> list[Finding]:
+    """vLLM picks the draft's model class from its config's architecture name (prefixed for the method); a name that
+    maps to another family's class starts without a complaint, with the layers this checkpoint lacks left at init."""
+    if launch is None or launch.engine != "vllm" or draft is None or draft.kind not in vllm.LLAMA_CLASSES:
+        return []
+    method = vllm.ALGORITHM_METHODS.get(launch.algorithm or "")
+    if method is None or (method == "eagle" and draft.kind == "eagle3"):
+        return []  # check_algorithm reports the method
+    cfg = draft.path / "config.json"
+    qwen3 = vllm.QWEN3_MARK in draft.shapes
+    want = "Eagle3Qwen3ForCausalLM" if qwen3 else vllm.LLAMA_CLASSES[method]
+    fix = f'"architectures": ["{want if qwen3 else vllm.LLAMA_NAMES[method]}"] in {cfg}'
+    if not draft.architectures:
+        return [
+            Finding(
+                "architecture",
+                ERROR,
+                "config.json names no architectures: vLLM cannot build the draft",
+                [str(cfg)],
+                fix=fix,
+            )
+        ]
+    resolved = vllm.draft_architecture(method, draft.architectures[0])
+    cls = vllm.DRAFT_CLASSES.get(resolved)
+    ev = [
+        f"{cfg}: architectures {draft.architectures}",
+        f'under "method": "{method}" vLLM resolves {draft.architectures[0]} -> {resolved}'
+        + (f", run by {cls}" if cls else ""),
+        f"the checkpoint holds one {'Qwen3' if qwen3 else 'Llama'} decoder layer: it needs {want}",
+    ]
+    if cls is None:
+        return [
+            Finding("architecture", ERROR, f"vLLM refuses to start: {resolved} is not a draft it knows", ev, fix=fix)
+        ]
+    if cls != want:
+        ev.append("vLLM starts without a complaint; the layers this checkpoint lacks keep their initial values")
+        return [Finding("architecture", ERROR, f"vLLM builds the draft as {cls}, not {want}", ev, fix=fix)]
+    return [Finding("architecture", OK, f"vLLM builds the draft as {cls}", ev)]
+
+
 def check_aux_layers(draft: DraftInfo | None, target: TargetInfo | None, launch: Launch | None) -> list[Finding]:
     if draft is None or draft.kind != "eagle3":
         return []
@@ -151,16 +216,20 @@ def check_aux_layers(draft: DraftInfo | None, target: TargetInfo | None, launch:
                 fix="export the draft with its fc.weight (eagle3lab.models.draft.save_draft)",
             )
         ]
-    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, int) for i in ids)):
-        return [
-            Finding(
-                "aux_layers",
-                ERROR,
-                "eagle_config.eagle_aux_hidden_state_layer_ids is not a list of integers",
-                [f"{draft.path / 'config.json'}: {ids!r}"],
-                fix='"eagle_aux_hidden_state_layer_ids": [1, 14, 26]',
-            )
-        ]
+    for name, value in (
+        ("eagle_config.eagle_aux_hidden_state_layer_ids", ids),
+        ("eagle_aux_hidden_state_layer_ids (top level, vLLM's)", draft.vllm_aux_layer_ids),
+    ):
+        if value is not None and (not isinstance(value, list) or not all(isinstance(i, int) for i in value)):
+            return [
+                Finding(
+                    "aux_layers",
+                    ERROR,
+                    f"{name} is not a list of integers",
+                    [f"{draft.path / 'config.json'}: {value!r}"],
+                    fix='"eagle_aux_hidden_state_layer_ids": [1, 14, 26]',
+                )
+            ]
     source = (
         f"explicit eagle_aux_hidden_state_layer_ids {ids} (id i = output of layer i = hidden_states[i+1])"
         if ids is not None
@@ -168,7 +237,7 @@ def check_aux_layers(draft: DraftInfo | None, target: TargetInfo | None, launch:
     )
     if target is None:
         return _aux_without_target(draft, ids, source)
-    return _aux_against_target(draft, target, ids, source)
+    return _aux_against_target(draft, target, launch, source)
 
 
 def _aux_without_target(draft: DraftInfo, ids: list[int] | None, source: str) -> list[Finding]:
@@ -192,27 +261,38 @@ def _aux_without_target(draft: DraftInfo, ids: list[int] | None, source: str) ->
     ]
 
 
-def _aux_against_target(draft: DraftInfo, target: TargetInfo, ids: list[int] | None, source: str) -> list[Finding]:
-    """The layers SGLang will capture exist in the target, there are three, and fc takes exactly their width."""
+def _captured(draft: DraftInfo, target: TargetInfo, launch: Launch | None, source: str):
+    """(the hidden_states the engine captures, the ones the draft was trained on, why) or an error Finding. The
+    trainers (SpecForge, this package) and SGLang read eagle_config's ids alike, so those are the trained layers."""
     from eagle3lab.models.target import TargetError, aux_hidden_indices
 
-    fc = draft.fc_in
     n_layers = target.num_layers
     try:
-        indices = aux_hidden_indices(n_layers, ids)
+        trained = aux_hidden_indices(n_layers, draft.aux_layer_ids)
+        own = launch.syntax.aux_capture(draft.config, n_layers) if launch is not None else None
+        return (own[0], trained, own[1]) if own else (trained, trained, source)
     except TargetError as e:
         default_ids = [i - 1 for i in aux_hidden_indices(n_layers)]
-        return [
-            Finding(
-                "aux_layers",
-                ERROR,
-                "the draft asks for aux layers the target does not have",
-                [source, f"target {target.source}: {n_layers} decoder layers", str(e)],
-                fix=f'"eagle_aux_hidden_state_layer_ids": {default_ids} in {draft.path / "config.json"} '
-                f"(SGLang's defaults for a {n_layers}-layer target), or retrain the draft on existing layers",
-            )
-        ]
-    findings = []
+        return Finding(
+            "aux_layers",
+            ERROR,
+            "the draft asks for aux layers the target does not have",
+            [source, f"target {target.source}: {n_layers} decoder layers", str(e)],
+            fix=f'"eagle_aux_hidden_state_layer_ids": {default_ids} in {draft.path / "config.json"} '
+            f"(SGLang's defaults for a {n_layers}-layer target), or retrain the draft on existing layers",
+        )
+
+
+def _aux_against_target(draft: DraftInfo, target: TargetInfo, launch: Launch | None, source: str) -> list[Finding]:
+    """The layers the engine will capture exist in the target, there are three, fc takes exactly their width, and
+    they are the layers the draft was trained on."""
+    captured = _captured(draft, target, launch, source)
+    if isinstance(captured, Finding):
+        return [captured]
+    indices, trained, source = captured
+    fc = draft.fc_in
+    n_layers = target.num_layers
+    findings = [] if indices == trained else [_capture_differs(draft, indices, trained, source)]
     expected = len(indices) * target.hidden_size
     ev = [
         source,
@@ -250,6 +330,37 @@ def _aux_against_target(draft: DraftInfo, target: TargetInfo, ids: list[int] | N
     if draft.config.get("target_hidden_size") is None and draft.hidden_size != target.hidden_size:
         findings.append(_no_target_hidden_size(draft, target))
     return findings
+
+
+def _capture_differs(draft: DraftInfo, captured: list[int], trained: list[int], source: str) -> Finding:
+    """vLLM reads layer ids its own way (top-level key first, no +1): the target may hand over other layers."""
+    cfg = draft.path / "config.json"
+    shifted = len(captured) == len(trained) and all(c == t - 1 for c, t in zip(captured, trained))
+    ev = [
+        source,
+        f"vLLM captures {_fmt_indices(captured)}",
+        f"the draft was trained on {_fmt_indices(trained)} (eagle_config's ids as the trainers read them, "
+        "or the defaults)",
+    ]
+    fix = (
+        f'"eagle_aux_hidden_state_layer_ids": {trained} at the top level of {cfg} '
+        "(vLLM reads it first, as hidden_states indices; SGLang ignores it)"
+    )
+    if shifted:
+        return Finding(
+            "aux_layers",
+            WARNING,
+            "vLLM captures each aux state one layer earlier than the draft was trained on",
+            ev + ["the neighbouring layer's residual stream is similar: a small, silent loss of acceptance"],
+            fix=fix,
+        )
+    return Finding(
+        "aux_layers",
+        ERROR,
+        "vLLM captures other target layers than the draft was trained on",
+        ev + ["fc mixes features the draft never saw: acceptance collapses without an error or a warning"],
+        fix=fix,
+    )
 
 
 def _no_target_hidden_size(draft: DraftInfo, target: TargetInfo) -> Finding:

@@ -48,6 +48,11 @@ class DraftInfo:
         return eagle.get("eagle_aux_hidden_state_layer_ids")
 
     @property
+    def vllm_aux_layer_ids(self) -> list[int] | None:
+        """The top-level eagle_aux_hidden_state_layer_ids: vLLM reads it before eagle_config's; SGLang never does."""
+        return self.config.get("eagle_aux_hidden_state_layer_ids")
+
+    @property
     def kind(self) -> str:
         """eagle3 (three aux states into fc), eagle (EAGLE-1/2: final state), or unknown."""
         arch = " ".join(self.architectures).lower()

@@ -1,18 +1,23 @@
 """`diagnose`: run every check the inputs allow (launch line, draft, target, running server, in any combination);
 unreadable inputs become findings, never tracebacks.
 
+The launch line may be SGLang's or vLLM's (`parse_launch` tells them apart); the server may be either (SGLang's
+/server_info, vLLM's /metrics).
+
 Library use (a notebook):
     report = diagnose(launch="python -m sglang.launch_server ...", draft="artifacts/draft",
                       target="smollm2-135m-instruct")
+    report = diagnose(launch="vllm serve MODEL --speculative-config '{...}'", server="http://127.0.0.1:8000")
     report.exit_code, report.findings, report.render(), report.to_json()
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3lab.doctor.algorithm import check_algorithm, check_aux_layers
+from eagle3lab.doctor.algorithm import check_algorithm, check_architecture, check_aux_layers
 from eagle3lab.doctor.artifacts import DoctorInputError, DraftInfo, TargetInfo, read_draft, read_target_config
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding, Report
 from eagle3lab.doctor.launch import Launch, parse_launch
@@ -27,10 +32,14 @@ class DoctorSettings:
     """Every `doctor` input and setting (`eagle3lab doctor`'s CLI is generated from these fields, and `diagnose`
     takes its defaults from them: one home for the defaults and their help)."""
 
-    launch: str | None = option(None, 'the server command, quoted: "python -m sglang.launch_server --model-path ..."')
+    launch: str | None = option(
+        None,
+        'the server command, quoted: "python -m sglang.launch_server --model-path ..." or '
+        "\"vllm serve MODEL --speculative-config '{...}'\"",
+    )
     draft: str | None = option(None, "draft checkpoint folder (config.json + weights)")
     target: str | None = option(None, "target: a folder with config.json, the embedded id, or a cached hub id")
-    server: str | None = option(None, "URL of a running server, e.g. http://127.0.0.1:30000")
+    server: str | None = option(None, "URL of a running SGLang or vLLM server, e.g. http://127.0.0.1:30000")
     probes: int = option(3, "probe requests sent to --server (0: none)")
     probe_tokens: int = option(64, "max new tokens per probe")
     timeout: float = option(30.0, "HTTP timeout in seconds")
@@ -158,7 +167,7 @@ def diagnose(
     # static checks run on the launch line, or on what the server reports it was launched with
     findings += static_checks(parsed or server_launch, draft_info, target_info)
     inputs = {
-        "launch": " ".join(parsed.argv) if parsed and parsed.argv else launch,
+        "launch": shlex.join(parsed.argv) if parsed and parsed.argv else launch,  # copy-pasteable
         "draft": str(draft_spec) if draft_spec else None,
         "target": target_spec,
         "server": server,
@@ -169,7 +178,7 @@ def diagnose(
 def _launch_findings(parsed: Launch, draft: str | Path | None) -> list[Finding]:
     sev = WARNING if parsed.notes else OK
     summary = (
-        f"algorithm {parsed.algorithm}, model {parsed.model_path}, draft {parsed.draft_path}, "
+        f"{parsed.engine}: algorithm {parsed.algorithm}, model {parsed.model_path}, draft {parsed.draft_path}, "
         f"steps/topk/ndraft {parsed.num_steps}/{parsed.topk}/{parsed.num_draft_tokens}, "
         f"context {parsed.context_length}, tp {parsed.tp_size}"
     )
@@ -184,6 +193,7 @@ def static_checks(launch: Launch | None, draft: DraftInfo | None, target: Target
     findings = []
     if launch is not None and (launch.speculative or draft is not None):
         findings += check_algorithm(launch, draft, target)
+    findings += check_architecture(launch, draft)
     findings += check_aux_layers(draft, target, launch)
     findings += check_draft_vocab(draft, target)
     findings += check_context_length(draft, target, launch)

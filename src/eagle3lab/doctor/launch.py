@@ -1,5 +1,9 @@
-"""The speculative part of an SGLang launch, read from a command line (as argparse would) or from a running server's
-/server_info, and rewritten with corrected flags for a finding's fix."""
+"""The speculative part of a launch, read from a command line (as the engine's argparse would) or from a running SGLang
+server's /server_info, and rewritten with corrected flags for a finding's fix.
+
+One reader per engine fills the same `Launch` (SGLang here, vLLM in `doctor.vllm`); `parse_launch` picks the reader from
+the line. The launch's `syntax` writes fixes back in that engine's own flags, so the checks never branch on the engine
+for wording."""
 
 from __future__ import annotations
 
@@ -64,9 +68,58 @@ SERVER_INFO_FIELDS = {
 _INT_FIELDS = {"num_steps", "topk", "num_draft_tokens", "context_length", "tp_size"}
 
 
+class SGLangSyntax:
+    """How SGLang spells the Launch fields, and how a fix is written back into an SGLang command."""
+
+    engine = "sglang"
+    missing_spec_params = None  # SGLang picks steps/topk/num-draft-tokens per model when none is given
+    speculation_fix = "--speculative-algorithm EAGLE3 --speculative-draft-model-path DRAFT"
+
+    def flag(self, key: str) -> str:
+        return LAUNCH_FLAGS[key][0]
+
+    def describe(self, launch: Launch, key: str) -> str:
+        value = getattr(launch, key)
+        return f"{self.flag(key)} {value}" if value is not None else f"no {self.flag(key)}"
+
+    def describe_spec(self, launch: Launch) -> str:
+        return ", ".join(f"{self.flag(k)} {getattr(launch, k)}" for k in ("num_steps", "topk", "num_draft_tokens"))
+
+    def flags(self, launch: Launch, changes: dict[str, Any]) -> str:
+        return " ".join(f"{self.flag(k)} {v}" for k, v in changes.items())
+
+    def consequences(self, algorithm: str) -> list[str]:
+        """What the engine does with an EAGLE draft under a non-EAGLE algorithm, beyond the generic finding."""
+        return []
+
+    def aux_capture(self, config: dict, num_layers: int) -> tuple[list[int], str] | None:
+        """The hidden_states the engine captures when it reads layer ids its own way; None: as the trainers do
+        (SGLang: eagle_config's ids, id i = hidden_states[i + 1], else [2, N//2, N-3])."""
+        return None
+
+    def corrected(self, launch: Launch, changes: dict[str, Any]) -> str:
+        """The command with each changed flag's value replaced in place (the user's spelling kept), or appended."""
+        argv = list(launch.argv)
+        appended = []
+        for key, value in changes.items():
+            if key in launch._spans:
+                i, eq = launch._spans[key]
+                if eq:
+                    argv[i] = f"{argv[i].split('=', 1)[0]}={value}"
+                else:
+                    argv[i + 1] = str(value)
+            else:
+                appended += [self.flag(key), str(value)]
+        return shlex.join(argv + appended)
+
+
+SGLANG = SGLangSyntax()
+
+
 @dataclass
 class Launch:
-    """The speculative part of an SGLang launch, from a command line or from a server's /server_info."""
+    """The speculative part of a launch, from a command line or from a server's /server_info. vLLM's method is mapped
+    onto the algorithm (eagle3 -> EAGLE3), its num_speculative_tokens k onto steps k, topk 1, num-draft-tokens k+1."""
 
     source: str
     argv: list[str] | None = None
@@ -78,35 +131,37 @@ class Launch:
     num_draft_tokens: int | None = None
     context_length: int | None = None
     tp_size: int | None = None
+    spec_config: dict | None = None  # vLLM's --speculative-config, as the engine will read it
     notes: list[str] = field(default_factory=list)  # parse problems, as evidence lines
-    _spans: dict[str, tuple[int, bool]] = field(default_factory=dict, repr=False)  # field -> (token index, '=' form)
+    syntax: Any = field(default=SGLANG, repr=False)  # the engine's spelling: SGLangSyntax or doctor.vllm.VLLMSyntax
+    _spans: dict[str, Any] = field(default_factory=dict, repr=False)  # field -> where its value sits (the syntax's)
+
+    @property
+    def engine(self) -> str:
+        return self.syntax.engine
 
     @property
     def speculative(self) -> bool:
         return self.algorithm is not None
 
+    def flag(self, key: str) -> str:
+        """The engine's name for a field, for evidence lines."""
+        return self.syntax.flag(key)
+
+    def describe(self, key: str) -> str:
+        """A field as the launch gave it, in the engine's syntax."""
+        return self.syntax.describe(self, key)
+
     def corrected(self, **changes: Any) -> str:
         """The command with the given fields set (flag replaced in place, or appended); argv-less sources give flags."""
         if self.argv is None:
-            return " ".join(f"{LAUNCH_FLAGS[k][0]} {v}" for k, v in changes.items())
-        argv = list(self.argv)
-        appended = []
-        for key, value in changes.items():
-            flag = LAUNCH_FLAGS[key][0]
-            if key in self._spans:
-                i, eq = self._spans[key]
-                if eq:
-                    argv[i] = f"{argv[i].split('=', 1)[0]}={value}"
-                else:
-                    argv[i + 1] = str(value)
-            else:
-                appended += [flag, str(value)]
-        return shlex.join(argv + appended)
+            return self.syntax.flags(self, changes)
+        return self.syntax.corrected(self, changes)
 
 
 def fix_flags(launch: Launch, **changes: Any) -> str:
     """A fix as the changed flags, then (for a command line) the whole corrected command."""
-    flags = " ".join(f"{LAUNCH_FLAGS[k][0]} {v}" for k, v in changes.items())
+    flags = launch.syntax.flags(launch, changes)
     return flags if launch.argv is None else f"{flags}\n{launch.corrected(**changes)}"
 
 
@@ -134,7 +189,11 @@ def _resolve_flag(opt: str) -> tuple[str | None, str | None]:
 
 
 def parse_launch(command: str | list[str]) -> Launch:
-    """Parse `python -m sglang.launch_server ...` or `sglang serve ...` (shell quoting, `--flag=value`, aliases)."""
+    """Parse a server command (shell quoting and line continuations): vLLM's (`vllm serve`, `-m
+    vllm.entrypoints.openai.api_server`) through doctor.vllm, anything else as SGLang's `python -m
+    sglang.launch_server ...` / `sglang serve ...` (`--flag=value`, aliases, unique prefixes)."""
+    from eagle3lab.doctor import vllm  # it builds on this module's Launch
+
     launch = Launch(source="launch line")
     if isinstance(command, str):
         try:
@@ -145,6 +204,8 @@ def parse_launch(command: str | list[str]) -> Launch:
     else:
         argv = [str(a) for a in command]
     launch.argv = [a for a in argv if a.strip()]
+    if vllm.entry_index(launch.argv) is not None:
+        return vllm.read_launch(launch)
     _read_flags(launch, _flags_start(launch))
     return launch
 

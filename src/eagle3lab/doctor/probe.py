@@ -1,6 +1,8 @@
-"""The running server: its /server_info (launch args, avg_spec_accept_length) and a few greedy probe requests, whose
-meta_info.spec_verify_ct gives the accept length. No spec_verify_ct means speculation is off, which is a different
-finding from accept length 1.0 (a draft loaded but never accepted)."""
+"""The running server. SGLang: its /server_info (launch args, avg_spec_accept_length) and a few greedy probe requests,
+whose meta_info.spec_verify_ct gives the accept length. vLLM: its Prometheus /metrics spec_decode counters, read before
+and after the probes (accept length = 1 + accepted / drafts over the difference). No spec_verify_ct, or no spec_decode
+counters, means speculation is off, which is a different finding from accept length 1.0 (a draft loaded but never
+accepted)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ import httpx
 
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
 from eagle3lab.doctor.launch import EAGLE_ALGORITHMS, Launch, fix_flags, launch_from_server_info
+from eagle3lab.doctor.vllm import VLLM
 from eagle3lab.serving.client import Completion, ServerClient, ServerError, accept_length
+from eagle3lab.serving.engine import SpecCounters
+from eagle3lab.serving.vllm import parse_counters
 
 # Accept length (tokens per verify step, bonus token included): at or below NOTHING the draft contributes nothing.
 ACCEPT_NOTHING = 1.05
@@ -56,7 +61,8 @@ def judge_accept_length(
             evidence
             + [
                 "every verify step keeps only the target's own token: no draft token is ever accepted",
-                "usual cause: an EAGLE-3 draft served with EAGLE/NEXTN (fc bypassed), or a draft for another target",
+                "usual causes: an EAGLE-3 draft served with EAGLE/NEXTN (fc bypassed), capture layers or a vocab map "
+                "(d2t) other than the draft was trained with, or a draft for another target",
             ],
             fix=fix or "run `eagle3lab doctor --launch '<the server command>' --draft DRAFT --target TARGET`",
         )
@@ -101,6 +107,9 @@ def check_server(
                 )
             ], None
         if info is None:
+            is_vllm, before = _vllm_counters(client)
+            if is_vllm:
+                return _vllm_server(client, launch, before, expect_speculation, probes, probe_tokens, low), None
             server_launch = None
             findings = [
                 Finding(
@@ -160,12 +169,64 @@ def _server_info_findings(
     return findings
 
 
-def _send_probes(client: ServerClient, info: dict | None, probes: int, probe_tokens: int):
-    """Greedy probe requests: SGLang's /generate, or the chat API on servers without it. Returns the completions,
-    the endpoint used and the errors met."""
+def _vllm_counters(client: ServerClient) -> tuple[bool, SpecCounters | None]:
+    """(is this a vLLM server, its spec_decode counters or None when it registers none: it does not speculate)."""
+    try:
+        text = client.metrics()
+    except (httpx.HTTPError, ServerError):
+        return False, None
+    return "vllm:" in text, parse_counters(text)
+
+
+def _counters_text(c: SpecCounters) -> str:
+    per = ", ".join(str(p) for p in c.per_position)
+    return f"{c.drafts} drafts, {c.accepted} of {c.draft_tokens} draft tokens accepted (per position {per})"
+
+
+def _vllm_server(client: ServerClient, launch, before, expect_speculation, probes, probe_tokens, low) -> list[Finding]:
+    """vLLM: speculation on or off from /metrics, the accept length so far, and over the probes' own requests."""
+    ev = ["GET /metrics: " + (f"spec_decode so far: {_counters_text(before)}" if before else "no vllm:spec_decode_*")]
+    findings = [Finding("server", OK, f"{client.url} is a vLLM server (Prometheus /metrics)", ev)]
+    if before is None:
+        return findings + [
+            Finding(
+                "speculation",
+                ERROR if expect_speculation else WARNING,
+                "speculation is off on the vLLM server: /metrics has no spec_decode counters",
+                ev
+                + [
+                    "vLLM registers them only when it speculates: it was started without --speculative-config; "
+                    "this is not the same as accept length 1.0 (a draft loaded but useless)"
+                ],
+                fix=VLLM.speculation_fix if expect_speculation else None,
+            )
+        ]
+    if before.accept_length is not None:
+        findings.append(judge_accept_length(before.accept_length, "server accept length (/metrics)", ev, launch, low))
+    if probes == 0:
+        return findings
+    done, endpoint, errors = _send_probes(client, None, probes, probe_tokens, api="chat")
+    if not done:
+        return findings + [_probes_failed(client, errors)]
+    after = _vllm_counters(client)[1]
+    delta = (after or before) - before  # counters gone (a dead engine): nothing drafted
+    ev = [
+        f"{len(done)} probe(s) via POST {endpoint}, temperature 0, max {probe_tokens} new tokens",
+        *errors[:2],
+        f"/metrics over the probes: {_counters_text(delta)}",
+    ]
+    if delta.accept_length is None:
+        return findings + [Finding("probe", WARNING, "the probes drafted nothing: acceptance not judged", ev)]
+    return findings + [judge_accept_length(delta.accept_length, "probe accept length", ev, launch, low)]
+
+
+def _send_probes(client: ServerClient, info: dict | None, probes: int, probe_tokens: int, api: str = "generate"):
+    """Greedy probe requests: SGLang's /generate, or the chat API on servers without it (or when `api` is "chat").
+    Returns the completions, the endpoint used and the errors met."""
     done: list[Completion] = []
     errors: list[str] = []
-    api = "generate"
+    if api == "chat":
+        client.model = client.model or _chat_model(client, info)
     for prompt in (PROBE_PROMPTS * probes)[:probes]:
         try:
             answer = client.generate(text=prompt, max_new_tokens=probe_tokens) if api == "generate" else None
@@ -188,18 +249,20 @@ def _chat_model(client: ServerClient, info: dict | None) -> str:
         return "default"  # servers with a single model accept any name
 
 
+def _probes_failed(client: ServerClient, errors: list[str]) -> Finding:
+    return Finding(
+        "probe",
+        ERROR,
+        f"probe requests to {client.url} failed",
+        errors[:3],
+        fix="check the server log; retry with --probes 0 to skip probing",
+    )
+
+
 def _probe(client: ServerClient, info, launch, expect_speculation, probes, probe_tokens, low) -> list[Finding]:
     done, endpoint, errors = _send_probes(client, info, probes, probe_tokens)
     if not done:
-        return [
-            Finding(
-                "probe",
-                ERROR,
-                f"probe requests to {client.url} failed",
-                errors[:3],
-                fix="check the server log; retry with --probes 0 to skip probing",
-            )
-        ]
+        return [_probes_failed(client, errors)]
     with_ct = [c for c in done if c.verify_ct is not None]
     ev = [f"{len(done)} probe(s) via POST {endpoint}, temperature 0, max {probe_tokens} new tokens"] + errors[:2]
     if not with_ct:

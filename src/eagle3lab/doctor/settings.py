@@ -23,11 +23,12 @@ def check_context_length(draft: DraftInfo | None, target: TargetInfo | None, lau
         draft_max = HF_LLAMA_DEFAULT_MAX_POSITIONS
         ev.append(f"{cfg} has no max_position_embeddings: Llama configs default to {draft_max}")
     if launch is not None and launch.context_length:
-        served, why = launch.context_length, f"--context-length {launch.context_length} ({launch.source})"
+        served, why = launch.context_length, f"{launch.describe('context_length')} ({launch.source})"
     elif target is not None and target.max_position_embeddings:
+        flag = launch.flag("context_length") if launch else "--context-length"
         served, why = (
             target.max_position_embeddings,
-            f"target max_position_embeddings {target.max_position_embeddings} (no --context-length)",
+            f"target max_position_embeddings {target.max_position_embeddings} (no {flag})",
         )
     else:
         return [
@@ -56,13 +57,19 @@ def check_context_length(draft: DraftInfo | None, target: TargetInfo | None, lau
 def check_spec_params(launch: Launch | None) -> list[Finding]:
     if launch is None or not launch.speculative:
         return []
-    values = {
-        "--speculative-num-steps": launch.num_steps,
-        "--speculative-eagle-topk": launch.topk,
-        "--speculative-num-draft-tokens": launch.num_draft_tokens,
-    }
+    values = {key: getattr(launch, key) for key in ("num_steps", "topk", "num_draft_tokens")}
     given = {k: v for k, v in values.items() if v is not None}
-    ev = [f"{launch.source}: " + ", ".join(f"{k} {v}" for k, v in values.items())]
+    ev = [f"{launch.source}: {launch.syntax.describe_spec(launch)}"]
+    if not given and launch.syntax.missing_spec_params:
+        return [
+            Finding(
+                "spec_params",
+                ERROR,
+                f"no draft length: {launch.flag('num_steps')} is missing",
+                ev + [launch.syntax.missing_spec_params],
+                fix=fix_flags(launch, num_steps=3),
+            )
+        ]
     if not given:
         return [Finding("spec_params", OK, "steps/topk/num-draft-tokens left to SGLang's per-model defaults", ev)]
     if len(given) < 3:
@@ -76,7 +83,7 @@ def check_spec_params(launch: Launch | None) -> list[Finding]:
                 fix=fix_flags(launch, num_steps=steps, topk=1, num_draft_tokens=steps + 1),
             )
         ]
-    bad = [f"{k} {v} must be >= 1" for k, v in values.items() if v < 1]
+    bad = [f"{launch.flag(k)} {v} must be >= 1" for k, v in values.items() if v < 1]
     if bad:
         return [
             Finding(
@@ -145,7 +152,7 @@ def check_launch_vs_draft_path(launch: Launch, draft_arg: str | None) -> list[Fi
             "--draft is not the draft the launch line serves",
             [
                 f"--draft {draft_arg}",
-                f"{launch.source}: --speculative-draft-model-path {launch.draft_path}",
+                f"{launch.source}: {launch.describe('draft_path')}",
                 "the checks use --draft; make sure it is the same checkpoint",
             ],
         )

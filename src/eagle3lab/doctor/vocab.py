@@ -74,7 +74,7 @@ def _vocab_map(draft: DraftInfo, dvocab: int, tvocab: int) -> list[Finding]:
                 f"no d2t tensor: draft ids 0..{dvocab - 1} would be read as target ids",
                 [
                     f"draft_vocab_size {dvocab} < target vocab {tvocab}; "
-                    "SGLang maps draft -> target ids only through d2t"
+                    "SGLang and vLLM map draft -> target ids only through d2t (vLLM keeps a zero map)"
                 ],
                 fix="export d2t (int64 [draft_vocab_size], target id = draft id + d2t[draft id]) with the weights",
             )

@@ -1,0 +1,275 @@
+"""eagle3lab doctor on vLLM: its launch lines (no server), and each case vLLM accepts without complaint and then serves
+badly, reproduced on a real vLLM server (SmolLM2 with a copy of the committed draft, k=2): the server answers while
+accepting (about) no draft token, `diagnose` reports an ERROR from its /metrics, and the static checks catch the same
+case before launch.
+
+Found by experiment (vLLM 0.32 CPU, fp32, eager, 3 chat probes of 64 tokens; the committed draft gives 1.44 there):
+no d2t -> 1.00; top-level eagle_aux_hidden_state_layer_ids [0, 1, 2] -> 1.02 ([5, 10, 20] -> 1.14); no "method" ->
+/health answers, the first request kills the engine; architectures Qwen3ForCausalLM -> 1.37, built as
+Eagle3Qwen3ForCausalLM (static check only: too close to 1.44 to assert at runtime); eagle_config ids [1, 14, 26]
+(the trained layers in the trainers' convention, one layer early in vLLM's) -> 1.45 (a warning only).
+Each bad server is started inside its test, so one runs beside the session's good one at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import shlex
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+from safetensors.torch import load_file, save_file
+
+from conftest import TRAINED_DRAFT
+from eagle3lab.doctor.diagnosis import diagnose
+from eagle3lab.doctor.findings import ERROR, OK, WARNING
+from eagle3lab.doctor.launch import fix_flags, parse_launch
+from eagle3lab.paths import ROOT
+from eagle3lab.serving.client import ServerClient, ServerError
+from eagle3lab.serving.processes import free_port
+
+K = 2
+PROBES = {"probes": 2, "probe_tokens": 32, "timeout": 120}  # short: a broken draft makes each token slower
+PROMPT = [{"role": "user", "content": "Explain in two sentences why the sky is blue."}]
+
+
+def checks(report, check, severity=None):
+    return [f for f in report.findings if f.check == check and (severity is None or f.severity == severity)]
+
+
+def text(findings) -> str:
+    return "\n".join(f.title + "\n" + "\n".join(f.evidence) + "\n" + (f.fix or "") for f in findings)
+
+
+def broken_draft(folder: Path, *, config: dict | None = None, drop: tuple[str, ...] = ()) -> Path:
+    """A copy of the committed draft with config.json keys set (None removes one) and tensors dropped."""
+    source = ROOT / TRAINED_DRAFT
+    folder.mkdir(parents=True)
+    cfg = json.loads((source / "config.json").read_text())
+    for key, value in (config or {}).items():
+        if value is None:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    if drop:
+        tensors = load_file(str(source / "model.safetensors"))
+        save_file({k: v for k, v in tensors.items() if k not in drop}, str(folder / "model.safetensors"))
+    else:
+        shutil.copy(source / "model.safetensors", folder)
+    return folder
+
+
+def vllm_line(vllm, target, draft, *, port=8000, spec_edit=None) -> list[str]:
+    """The vLLM command eagle3lab.serving.vllm writes, its --speculative-config edited by spec_edit(dict)."""
+    cmd = vllm.launch_command(target, port=port, draft=draft, k=K if draft else 0)
+    if spec_edit is not None:
+        i = cmd.index("--speculative-config") + 1
+        spec = json.loads(cmd[i])
+        spec_edit(spec)
+        cmd[i] = json.dumps(spec)
+    return cmd
+
+
+@contextlib.contextmanager
+def serving(vllm, target, draft, log_dir: Path, spec_edit=None):
+    """A real vLLM server for one case (1 GiB of KV cache: short probes, and less memory beside the good server);
+    yields (its URL, the launch line as a string)."""
+    engine = dataclasses.replace(vllm, kv_cache_gib=1)
+    cmd = vllm_line(engine, target, draft, port=free_port(), spec_edit=spec_edit)
+    with engine.serve(cmd, log_path=log_dir / "server.log") as server:
+        yield server.url, shlex.join(cmd)
+
+
+def served(vllm, url):
+    """One greedy chat answer and the spec_decode counters over it (None: the server does not speculate)."""
+    with ServerClient(url, timeout=120) as client:
+        before = vllm.counters(client)
+        answer = client.chat(PROMPT, max_tokens=32)
+        after = vllm.counters(client)
+    return answer, (after - before if after is not None else None)
+
+
+# ---- launch lines (no server) ---------------------------------------------------------------------------------------
+
+
+def test_vllm_launch_forms():
+    a = parse_launch(
+        "VLLM_CPU_KVCACHE_SPACE=2 vllm serve /m/t -tp 2 --max-model-len 32k --speculative-config "
+        """'{"method": "eagle3", "model": "/m/d", "num_speculative_tokens": 4, "draft_tensor_parallel_size": 1}'"""
+    )
+    assert a.engine == "vllm" and a.notes == []
+    assert (a.model_path, a.tp_size, a.context_length, a.algorithm, a.draft_path) == (
+        "/m/t",
+        2,
+        32000,
+        "EAGLE3",
+        "/m/d",
+    )
+    assert (a.num_steps, a.topk, a.num_draft_tokens) == (4, 1, 5)  # k=4: a chain, 5 tokens verified per round
+    b = parse_launch(
+        "python3 -m vllm.entrypoints.openai.api_server --model=/m/t --max_model_len=4096 "
+        """--speculative_config='{"method":"eagle","model":"/m/d","num_speculative_tokens":2}'"""
+    )
+    assert (b.engine, b.model_path, b.context_length, b.algorithm, b.num_steps) == ("vllm", "/m/t", 4096, "EAGLE", 2)
+    c = parse_launch(
+        "vllm serve --model /m/t --speculative-config.method eagle3 --speculative-config.model /m/d "
+        "--speculative-config.num_speculative_tokens 3"
+    )
+    assert (c.model_path, c.algorithm, c.draft_path, c.num_steps) == ("/m/t", "EAGLE3", "/m/d", 3)
+    d = parse_launch("""vllm serve /m/t -sc '{"model": "/m/d", "num_speculative_tokens": 2}'""")
+    assert d.algorithm == "DRAFT_MODEL" and "vLLM infers 'draft_model'" in d.notes[0]  # vLLM guesses by path
+    assert parse_launch("""vllm serve /m/t -sc '{"model": "/m/EAGLE3-x"}'""").algorithm == "EAGLE3"
+    assert "not JSON" in parse_launch("vllm serve /m/t --speculative-config {method:eagle3}").notes[0]
+    assert not parse_launch("vllm serve /m/t --port 8000").speculative
+
+
+def test_vllm_fix_is_the_corrected_speculative_config():
+    line = (
+        "vllm serve /m/t --port 8000 --speculative_config "
+        """'{"method": "eagle", "model": "/m/d", "num_speculative_tokens": 4, "max_model_len": 2048}' """
+        "--max-model-len=8192"
+    )
+    first, whole = fix_flags(parse_launch(line), algorithm="EAGLE3", context_length=4096).splitlines()
+    spec = {"method": "eagle3", "model": "/m/d", "num_speculative_tokens": 4, "max_model_len": 2048}
+    assert first == f"--speculative-config '{json.dumps(spec)}' --max-model-len 4096"
+    fixed = parse_launch(whole)
+    assert fixed.spec_config == spec and fixed.context_length == 4096 and fixed.notes == []
+    assert whole.startswith("vllm serve /m/t --port 8000 --speculative-config ") and "--max-model-len=4096" in whole
+    # the dotted spelling is replaced by one JSON option
+    dotted = parse_launch("vllm serve /m/t --speculative-config.method eagle --speculative-config.model /m/d")
+    whole = fix_flags(dotted, algorithm="EAGLE3").splitlines()[1]
+    assert "speculative-config." not in whole and parse_launch(whole).spec_config["method"] == "eagle3"
+
+
+def test_eagle_method_with_an_eagle3_draft_is_flagged_before_launch(vllm, smollm2_dir):
+    """vLLM refuses to start here ("Model architectures ['EagleLlamaForCausalLMEagle3'] are not supported"); the
+    doctor says so before launch and gives the corrected --speculative-config."""
+    cmd = vllm_line(vllm, smollm2_dir, ROOT / TRAINED_DRAFT, spec_edit=lambda s: s.update(method="eagle"))
+    report = diagnose(launch=shlex.join(cmd))
+    [err] = checks(report, "algorithm", ERROR)
+    assert "vLLM will not start" in err.title and "EagleLlamaForCausalLMEagle3" in text([err])
+    assert '"method": "eagle3"' in err.fix.splitlines()[0]
+    fixed = diagnose(launch=err.fix.splitlines()[1])
+    assert fixed.exit_code == 0, fixed.render()
+    assert checks(fixed, "architecture", OK) and checks(fixed, "aux_layers", OK)
+
+
+def test_missing_k_and_short_draft_positions(vllm, smollm2_dir, tmp_path):
+    draft = broken_draft(tmp_path / "short", config={"max_position_embeddings": 1024})
+    cmd = vllm_line(vllm, smollm2_dir, draft, spec_edit=lambda s: s.pop("num_speculative_tokens"))
+    report = diagnose(launch=shlex.join(cmd))
+    [k] = checks(report, "spec_params", ERROR)
+    assert "num_speculative_tokens" in k.title and '"num_speculative_tokens": 3' in k.fix
+    [ctx] = checks(report, "context_length", ERROR)
+    assert "stop at 1024" in ctx.title and "--max-model-len 2048" in text([ctx])
+    assert parse_launch(ctx.fix.splitlines()[-1].removeprefix("or serve with ")).context_length == 1024
+
+
+def test_architecture_names_vllm_builds_another_class_from(vllm, smollm2_dir, tmp_path):
+    """Qwen3ForCausalLM becomes Eagle3Qwen3ForCausalLM: vLLM starts and serves (1.37 measured, vs 1.44) with q_norm
+    and k_norm the checkpoint lacks; a name vLLM does not know makes it refuse to start."""
+    for name, arch, needle in [
+        ("qwen3", "Qwen3ForCausalLM", "builds the draft as Eagle3Qwen3ForCausalLM"),
+        ("mistral", "MistralForCausalLM", "refuses to start"),
+    ]:
+        draft = broken_draft(tmp_path / name, config={"architectures": [arch]})
+        report = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, draft)))
+        [err] = checks(report, "architecture", ERROR)
+        assert needle in err.title and '"architectures": ["LlamaForCausalLMEagle3"]' in err.fix
+
+
+def test_eagle_config_ids_read_one_layer_early_by_vllm(vllm, smollm2_dir, tmp_path):
+    """[1, 14, 26] are the trained layers hidden_states[2, 15, 27] as SGLang reads them; vLLM reads hidden_states[1,
+    14, 26] (measured: no loss for this draft, hence a warning); the top-level key vLLM reads first fixes it."""
+    draft = broken_draft(tmp_path / "ids", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]}})
+    report = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, draft)))
+    [warn] = checks(report, "aux_layers", WARNING)
+    assert "one layer earlier" in warn.title and "[2, 15, 27] at the top level" in warn.fix
+    sglang = f"sglang serve {smollm2_dir} --speculative-algorithm EAGLE3 --speculative-draft-model-path {draft}"
+    assert not checks(diagnose(launch=sglang), "aux_layers", WARNING)
+    fixed = broken_draft(
+        tmp_path / "fixed",
+        config={
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]},
+            "eagle_aux_hidden_state_layer_ids": [2, 15, 27],
+        },
+    )
+    assert diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, fixed))).exit_code == 0
+
+
+# ---- real vLLM servers ----------------------------------------------------------------------------------------------
+
+
+def test_good_server_is_used(vllm, vllm_eagle3, smollm2_dir):
+    port = int(vllm_eagle3.url.rsplit(":", 1)[1])
+    line = shlex.join(vllm.launch_command(smollm2_dir, port=port, draft=ROOT / TRAINED_DRAFT, k=K))
+    report = diagnose(launch=line, server=vllm_eagle3.url, **(PROBES | {"probe_tokens": 64}))
+    assert report.exit_code == 0, report.render()
+    assert checks(report, "server", OK) and "vLLM server" in checks(report, "server", OK)[0].title
+    probe = [f for f in checks(report, "accept_length") if f.title.startswith("probe accept length")]
+    assert len(probe) == 1 and probe[0].severity != ERROR  # 1.4-1.6 here: a weak-draft warning below 2.0
+    assert float(probe[0].title.split()[3].rstrip(":")) > 1.15
+
+
+def test_draft_without_d2t_accepts_nothing(vllm, smollm2_dir, tmp_path):
+    """draft_vocab_size 4096 < 49152 and no d2t: vLLM keeps its zero-initialised map, every draft id is read as target
+    id 0..4095, and no draft token is accepted."""
+    draft = broken_draft(tmp_path / "nod2t", drop=("d2t", "t2d"))
+    static = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, draft)))
+    assert "no d2t tensor" in checks(static, "draft_vocab", ERROR)[0].title
+    with serving(vllm, smollm2_dir, draft, tmp_path) as (url, line):
+        answer, counters = served(vllm, url)
+        assert answer.text and counters.drafts > 10 and counters.accept_length <= 1.05  # it serves, speculating
+        report = diagnose(launch=line, server=url, **PROBES)
+    assert report.exit_code == 1
+    [probe] = [f for f in checks(report, "accept_length", ERROR) if f.title.startswith("probe accept length")]
+    assert "contributes nothing" in probe.title
+
+
+def test_top_level_aux_ids_capture_other_layers(vllm, smollm2_dir, tmp_path):
+    """The top-level eagle_aux_hidden_state_layer_ids is vLLM's own key, read before eagle_config's and ignored by
+    SGLang: [0, 1, 2] hands the draft layers it was never trained on (it was trained on hidden_states[2, 15, 27])."""
+    draft = broken_draft(tmp_path / "aux", config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]})
+    static = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, draft)))
+    [err] = checks(static, "aux_layers", ERROR)
+    assert "other target layers" in err.title and "hidden_states[0], hidden_states[1], hidden_states[2]" in text([err])
+    assert '"eagle_aux_hidden_state_layer_ids": [2, 15, 27] at the top level' in err.fix
+    with serving(vllm, smollm2_dir, draft, tmp_path) as (url, line):
+        answer, counters = served(vllm, url)
+        assert answer.text and counters.drafts > 10 and counters.accept_length <= 1.1
+        report = diagnose(launch=line, server=url, **PROBES)
+    assert checks(report, "accept_length", ERROR) and report.exit_code == 1
+
+
+def test_no_method_starts_then_dies_on_the_first_request(vllm, smollm2_dir, tmp_path):
+    """Without "method" vLLM guesses from the path ("smollm2-original-6960": neither 'eagle-' nor 'eagle3') and runs
+    the EAGLE-3 checkpoint as a standalone draft model: /health answers, the first request kills the engine."""
+    draft = broken_draft(tmp_path / "smollm2-original-6960")
+    no_method = lambda s: s.pop("method")  # noqa: E731
+    static = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, draft, spec_edit=no_method)))
+    [err] = checks(static, "algorithm", ERROR)
+    assert "DRAFT_MODEL" in err.title and "first request kills the engine" in text([err])
+    assert parse_launch(err.fix.splitlines()[1]).algorithm == "EAGLE3"
+    with serving(vllm, smollm2_dir, draft, tmp_path, spec_edit=no_method) as (url, line):
+        report = diagnose(launch=line, server=url, **PROBES)
+        with pytest.raises((ServerError, httpx.HTTPError)):
+            served(vllm, url)
+    [failed] = checks(report, "probe", ERROR)
+    assert "failed" in failed.title and "500" in text([failed])
+
+
+def test_server_without_speculation_is_its_own_finding(vllm, vllm_baseline, smollm2_dir):
+    url = vllm_baseline.url  # the session's vLLM without a draft
+    assert served(vllm, url)[1] is None  # no spec_decode counters at all
+    alone = diagnose(server=url, **PROBES)
+    expecting = diagnose(server=url, draft=ROOT / TRAINED_DRAFT, target=str(smollm2_dir), **PROBES)
+    [off] = checks(alone, "speculation")
+    assert off.severity == WARNING and "speculation is off" in off.title and not checks(alone, "accept_length")
+    assert alone.exit_code == 0
+    [off] = checks(expecting, "speculation", ERROR)
+    assert "--speculative-config" in off.fix and expecting.exit_code == 1
