@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from eagle3lab.benchmark.prompts import Prompt, load_prompts
+from eagle3lab.benchmark.served import ENGINES
 from eagle3lab.benchmark.systems import (
     DEFAULT_DRAFT,
     PEERS,
@@ -92,7 +93,7 @@ class BenchSettings:
         "local",
         "local (the project's engine) or vllm (a real vLLM server per config: chain configs 1,k,1,k+1; with --peers "
         "the local baseline and HF generate run beside it)",
-        choices=("local", "vllm"),
+        choices=ENGINES,
     )
     eager: bool = option(False, "vllm: --enforce-eager instead of vLLM's default inductor compile")
     output: str | None = option(None, "write the JSON result here")

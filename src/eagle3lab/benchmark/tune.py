@@ -23,6 +23,7 @@ from eagle3lab.benchmark.predict import rank_predictions
 from eagle3lab.benchmark.profile import CHAIN_DEPTH, TREE_TOPK, measure_profile
 from eagle3lab.benchmark.prompts import load_prompts
 from eagle3lab.benchmark.run import DTYPES, run_benchmark, split_list
+from eagle3lab.benchmark.served import ENGINES
 from eagle3lab.benchmark.systems import eos_ids, load_bench_draft, parse_system_config
 from eagle3lab.benchmark.table import Column, render_rows
 from eagle3lab.devices import DEVICE_HELP, resolve_device
@@ -60,7 +61,7 @@ class TuneSettings:
         "local",
         "local (the project's engine: trees, adaptive drafting) or vllm (chains 1,k,1,k+1, costs and acceptance "
         "measured on real vLLM servers, k up to --max-steps)",
-        choices=("local", "vllm"),
+        choices=ENGINES,
     )
     eager: bool = option(False, "vllm: --enforce-eager instead of vLLM's default inductor compile")
     output: str = option(str(ARTIFACTS / "tune.json"), "write the JSON result here")

@@ -229,14 +229,18 @@ class ServerClient:
         completion.seconds = seconds
         return completion
 
-    def chat(self, messages: list[dict], *, max_tokens: int, temperature: float = 0.0) -> Completion:
-        body = chat_body(self.discover_model(), messages, max_tokens, temperature)
+    def _timed(self, path: str, body: dict, read) -> Completion:
+        """POST `body` to `path`; the answer read by `read(json, where)`, with the request's wall time."""
         t0 = time.perf_counter()
-        response = self.http.post("/v1/chat/completions", json=body)
+        response = self.http.post(path, json=body)
         seconds = time.perf_counter() - t0
-        completion = read_chat(json_object(response), f"{self.url}/v1/chat/completions")
+        completion = read(json_object(response), f"{self.url}{path}")
         completion.seconds = seconds
         return completion
+
+    def chat(self, messages: list[dict], *, max_tokens: int, temperature: float = 0.0) -> Completion:
+        body = chat_body(self.discover_model(), messages, max_tokens, temperature)
+        return self._timed("/v1/chat/completions", body, read_chat)
 
     def complete(self, input_ids: list[int], *, max_tokens: int, temperature: float = 0.0) -> Completion:
         """POST /v1/completions with the prompt as token ids (exactly the ids another engine is given), asking for
@@ -248,12 +252,7 @@ class ServerClient:
             "temperature": temperature,
             "return_token_ids": True,
         }
-        t0 = time.perf_counter()
-        response = self.http.post("/v1/completions", json=body)
-        seconds = time.perf_counter() - t0
-        completion = read_completion(json_object(response), f"{self.url}/v1/completions")
-        completion.seconds = seconds
-        return completion
+        return self._timed("/v1/completions", body, read_completion)
 
     def metrics(self) -> str:
         """GET /metrics: the server's Prometheus text (vLLM's speculation counters live there)."""
