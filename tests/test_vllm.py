@@ -8,7 +8,7 @@ import pytest
 
 from conftest import TRAINED_DRAFT
 from eagle3lab.benchmark.prompts import load_prompts
-from eagle3lab.benchmark.served import _row, chain_length, measure_server
+from eagle3lab.benchmark.served import _row, chain_shape, measure_server
 from eagle3lab.benchmark.tune_engine import predict
 from eagle3lab.io import InputError
 from eagle3lab.paths import ROOT
@@ -92,17 +92,23 @@ def test_a_port_in_use_is_refused_instead_of_benchmarking_whatever_holds_it():
 
 
 def test_vllm_drafts_chains_only():
-    assert chain_length("1,0,0,0", "vllm") == 0 and chain_length("1,3,1,4", "vllm") == 3
+    assert chain_shape("1,0,0,0", "vllm") == (0, 0.0) and chain_shape("1,3,1,4", "vllm") == (3, 0.0)
+    assert chain_shape("1,3,1,4@0.5", "llamacpp") == (3, 0.5)  # llama.cpp's p-min
     for tree in ("1,3,2,6", "1,2,4,8", "1,3,1,4@0.3"):
         with pytest.raises(InputError, match=r"vllm drafts chains one request at a time: use 1,k,1,k\+1"):
-            chain_length(tree, "vllm")
+            chain_shape(tree, "vllm")
 
 
 def test_predictions_follow_tau_times_step_over_round():
-    cal = {"step_s": 0.030, "round_s": {1: 0.033, 4: 0.048}, "round_s_per_k": 0.005, "position_acceptance": [0.5, 0.35]}
+    cal = {
+        "step_s": 0.030,
+        "shapes": {"1,1,1,2": (1, 0.0), "1,2,1,3": (2, 0.0)},
+        "round_s": {"1,1,1,2": 0.033, "1,2,1,3": 0.038},
+        "accept_length": {"1,1,1,2": 1.5, "1,2,1,3": 1.85},
+    }
     by_k = {p["k"]: p for p in predict(cal)}
-    assert by_k[1]["accept_length"] == 1.5 and by_k[1]["speedup"] == pytest.approx(1.5 * 0.030 / 0.033)
-    assert by_k[2]["round_s"] == pytest.approx(0.038) and by_k[2]["speedup"] == pytest.approx(1.85 * 0.030 / 0.038)
+    assert by_k[1]["speedup"] == pytest.approx(1.5 * 0.030 / 0.033)
+    assert by_k[2]["speedup"] == pytest.approx(1.85 * 0.030 / 0.038)
     assert by_k[2]["tau_for_2x"] == pytest.approx(2 * 0.038 / 0.030)  # the accept length 2x needs at k=2
     assert [p["k"] for p in predict(cal)] == [2, 1]  # best predicted first
 
@@ -130,34 +136,54 @@ def test_the_trained_draft_speculates_in_vllm_and_greedy_output_equals_vllms_bas
     assert first >= second > 0 and row["accepted"] == round((first + second) * row["drafts"])
 
 
-def _served(system, config, tokens, seconds, drafts=None, per_position=()):
+def _served(prompt, system, config, tokens, seconds, drafts=None, per_position=()):
     return {
+        "set": "mtbench",
+        "id": prompt,
         "system": system,
         "config": config,
         "completion_tokens": tokens,
         "seconds": seconds,
         "drafts": drafts,
+        "accepted": sum(per_position) if drafts is not None else None,
         "per_position": list(per_position),
     }
 
 
-def test_a_benchmark_of_every_k_calibrates_the_model_and_checks_it_on_the_k_between():
-    from eagle3lab.benchmark.tune_engine import calibration_from
+def test_tune_calibrates_on_every_other_prompt_and_measures_on_the_rest(smollm2_dir):
+    from eagle3lab.benchmark.tune import TuneSettings
+    from eagle3lab.benchmark.tune_engine import calibration_from, split_prompts, tune_from_benchmark
 
-    # one prompt per config: 100 tokens; plain steps 30 ms; rounds 33 ms at k=1 and 43 ms at k=3
+    draft = ROOT / TRAINED_DRAFT
+
+    # calibration prompt "a": plain steps 30 ms, rounds 40 ms at k=1 and 36 ms at k=2 (vLLM's CPU build: k=1 dearer)
     per_prompt = [
-        _served("baseline", "1,0,0,0", 100, 3.0),
-        _served("d", "1,1,1,2", 100, 0.033 * 70, drafts=70, per_position=(30,)),
-        _served("d", "1,3,1,4", 100, 0.043 * 60, drafts=60, per_position=(27, 9, 4)),
-        _served("other", "1,3,1,4", 100, 9.9, drafts=99, per_position=(1, 1, 1)),  # another draft: not counted
+        _served("a", "baseline", "1,0,0,0", 100, 3.0),
+        _served("a", draft.name, "1,1,1,2", 100, 0.040 * 70, drafts=70, per_position=(30,)),
+        _served("a", draft.name, "1,2,1,3", 100, 0.036 * 60, drafts=60, per_position=(27, 13)),
+        _served("a", "other", "1,2,1,3", 100, 9.9, drafts=99, per_position=(1, 1)),  # another draft: not counted
+        # held-out prompt "b": the draft at k=2 twice as fast as the baseline, at k=1 slower
+        _served("b", "baseline", "1,0,0,0", 50, 2.0),
+        _served("b", draft.name, "1,1,1,2", 50, 2.5, drafts=40, per_position=(10,)),
+        _served("b", draft.name, "1,2,1,3", 50, 1.0, drafts=25, per_position=(15, 10)),
     ]
-    cal = calibration_from(
-        {"per_prompt": per_prompt, "meta": {"engine": "vllm", "engine_settings": {}, "servers": []}}, "drafts/d", 3
-    )
-    assert cal["step_s"] == pytest.approx(0.030) and cal["round_s"] == pytest.approx({1: 0.033, 3: 0.043})
-    assert cal["position_acceptance"] == pytest.approx([0.45, 0.15, 4 / 60]) and cal["rounds"] == 60
-    k2 = next(p for p in predict(cal) if p["k"] == 2)
-    assert k2["round_s"] == pytest.approx(0.038) and k2["speedup"] == pytest.approx(1.6 * 0.030 / 0.038)
+    meta = {"engine": "vllm", "engine_settings": {}, "servers": []}
+    assert split_prompts(per_prompt) == ({("mtbench", "a")}, {("mtbench", "b")})
+    cal = calibration_from({"per_prompt": per_prompt, "meta": meta}, draft)
+    assert cal["step_s"] == pytest.approx(0.030)
+    assert cal["round_s"] == pytest.approx({"1,1,1,2": 0.040, "1,2,1,3": 0.036})
+    assert cal["accept_length"] == pytest.approx({"1,1,1,2": 100 / 70, "1,2,1,3": 100 / 60}) and cal["rounds"] == 60
+    assert cal["position_acceptance"] == pytest.approx([27 / 60, 13 / 60])  # from the deepest k
+    settings = TuneSettings(draft=str(draft), target=str(smollm2_dir), engine="vllm", dtype="bfloat16")
+    result = tune_from_benchmark({"per_prompt": per_prompt, "meta": meta, "rows": []}, settings, draft)
+    best, worst = result["ranked"]
+    assert best["k"] == 2 and best["measured_speedup"] == pytest.approx(2.0) and best["measured_accept_length"] == 2.0
+    assert best["speedup"] == pytest.approx((100 / 60) * 0.030 / 0.036)  # predicted from prompt "a" alone
+    assert worst["measured_speedup"] == pytest.approx(0.8)
+    assert result["decision"] == "1,2,1,3" and json.loads(result["launch"][-1])["num_speculative_tokens"] == 2
+    assert result["doctor"]["exit_code"] == 0  # the line tune prints is one the doctor accepts
     no_rounds = [r | {"drafts": 0} if r["config"] == "1,1,1,2" else r for r in per_prompt]
-    with pytest.raises(InputError, match="the draft at k=1 drafted no round"):
-        calibration_from({"per_prompt": no_rounds, "meta": {}}, "drafts/d", 3)
+    with pytest.raises(InputError, match="the draft at 1,1,1,2 drafted no round"):
+        calibration_from({"per_prompt": no_rounds, "meta": meta}, draft)
+    with pytest.raises(InputError, match="needs at least 2 prompts"):
+        split_prompts(per_prompt[:4])

@@ -22,7 +22,12 @@ COMMANDS = {
         "main",
         "check an SGLang launch line, a draft and a server for a bypassed draft",
     ),
-    "serve": ("eagle3lab.serving.cli", "main", "serve the target with a draft in vLLM on loopback, printing the line"),
+    "serve": (
+        "eagle3lab.serving.cli",
+        "main",
+        "serve the target with a draft in vLLM or llama.cpp on loopback, printing the line",
+    ),
+    "export": ("eagle3lab.serving.gguf", "main", "write a draft's GGUF for llama.cpp, checked against the target"),
     "stage": ("eagle3lab.pipeline.stages", "main", "run one pipeline stage notebook through papermill"),
     "sglang": (
         "eagle3lab.serving.sglang",

@@ -91,8 +91,9 @@ class BenchSettings:
     device: str = option("auto", f"where models run: {DEVICE_HELP}")
     engine: str = option(
         "local",
-        "local (the project's engine) or vllm (a real vLLM server per config: chain configs 1,k,1,k+1; with --peers "
-        "the local baseline and HF generate run beside it)",
+        "local (the project's engine), vllm or llamacpp (a real server per config: chain configs 1,k,1,k+1, and for "
+        "llamacpp 1,k,1,k+1@p with p its --spec-draft-p-min; with --peers the local baseline and HF generate run "
+        "beside it)",
         choices=ENGINES,
     )
     eager: bool = option(False, "vllm: --enforce-eager instead of vLLM's default inductor compile")

@@ -1,6 +1,6 @@
-"""`eagle3lab bench --engine vllm`: the benchmark's table from a real serving engine.
+"""`eagle3lab bench --engine vllm|llamacpp`: the benchmark's table from a real serving engine.
 
-One server per draft and draft length (both are fixed at launch), the target alone first. Prompts go one at a time
+One server per draft and draft shape (both are fixed at launch), the target alone first. Prompts go one at a time
 as the very token ids the local engine gets, greedy. Per request: tok/s, and the engine's own speculation counters
 read before and after it (accept length, per-position acceptance). Per prompt: identical output against the engine's
 own baseline, token for token. Speedups against that baseline and, where they run here (`--peers`), against HF
@@ -25,7 +25,7 @@ from eagle3lab.serving.client import ServerClient
 from eagle3lab.serving.engine import Engine
 from eagle3lab.serving.processes import free_port
 
-ENGINES = ("local", "vllm")
+ENGINES = ("local", "vllm", "llamacpp")
 SERVED_COLUMNS = (
     *KEY,
     Column("engine", "engine", 6, left=True),
@@ -40,39 +40,48 @@ SERVED_COLUMNS = (
 
 
 def make_engine(settings) -> Engine:
-    """The engine `settings.engine` names, with the benchmark's dtype and compile mode."""
+    """The engine `settings.engine` names, with the benchmark's dtype and compile mode (vLLM) or target (llama.cpp:
+    its GGUF is the wheel's own, so dtype does not apply)."""
     if settings.engine == "vllm":
         from eagle3lab.serving.vllm import VLLM
 
         return VLLM(dtype=settings.dtype, compile=not settings.eager, device=resolve_device(settings.device).type)
+    if settings.engine == "llamacpp":
+        from eagle3lab.serving.llamacpp import LlamaCpp
+
+        return LlamaCpp(target_spec=settings.target)
     raise InputError(f"--engine: expected one of {', '.join(ENGINES)}, got {settings.engine!r}")
 
 
-def chain_length(config: str, engine: str) -> int:
-    """The draft length k of a chain config (1,k,1,k+1), the only shape vLLM drafts; 0 for the baseline."""
+THRESHOLDS = {"llamacpp"}  # engines that stop a chain early below a draft probability (llama.cpp's p-min)
+
+
+def chain_shape(config: str, engine: str) -> tuple[int, float]:
+    """The draft length k and threshold of a chain config (1,k,1,k+1[@p]), the only shape the served engines
+    draft; k 0 for the baseline. The threshold is llama.cpp's --spec-draft-p-min."""
     shape, threshold = parse_system_config(config)
     if (
-        threshold
+        (threshold and engine not in THRESHOLDS)
         or shape.batch_size != 1
         or (not shape.is_baseline and (shape.topk != 1 or shape.num_draft_tokens != shape.steps + 1))
     ):
+        extra = "[@p-min]" if engine in THRESHOLDS else ", without an adaptive threshold"
         raise InputError(
-            f"config {config}: {engine} drafts chains one request at a time: use 1,k,1,k+1 (k draft tokens), "
-            "without an adaptive threshold"
+            f"config {config}: {engine} drafts chains one request at a time: use 1,k,1,k+1{extra} (k draft tokens)"
         )
-    return shape.steps
+    return shape.steps, threshold
 
 
 def measure_server(engine: Engine, client: ServerClient, prompts: list[Prompt], max_new_tokens: int, repeats: int):
     """Every prompt through a running server, `repeats` times: per prompt the median-time repeat's completion and
     the engine's counters around it (None where the server does not speculate)."""
-    client.complete(prompts[0].ids, max_tokens=8)  # the first request pays one-off warm-up
+    engine.complete(client, prompts[0].ids, 8)  # the first request pays one-off warm-up
     records = []
     for prompt in prompts:
         runs = []
         for _ in range(repeats):
             before = engine.counters(client)
-            done = client.complete(prompt.ids, max_tokens=max_new_tokens)
+            done = engine.complete(client, prompt.ids, max_new_tokens)
             after = engine.counters(client)
             runs.append((done, after - before if after and before else None))
         runs.sort(key=lambda run: run[0].seconds)
@@ -140,20 +149,20 @@ def run_served_benchmark(settings, log_dir: Path | None = None) -> dict:
     if any(m != "eagle3" for m in settings.modes):
         raise InputError(f"--modes: {settings.engine} serves EAGLE-3 drafts as eagle3 only")
     engine = make_engine(settings)
-    ks = sorted({chain_length(c, engine.name) for c in settings.configs} - {0})
-    target_dir = resolve(settings.target)
+    shapes = sorted({chain_shape(c, engine.name) for c in settings.configs} - {(0, 0.0)})
+    target = engine.model(settings.target)
     prompts = load_prompts(
-        AutoTokenizer.from_pretrained(target_dir), settings.sets, settings.prompts_file, settings.limit
+        AutoTokenizer.from_pretrained(resolve(settings.target)), settings.sets, settings.prompts_file, settings.limit
     )
     drafts = list(settings.drafts) if settings.drafts else [str(DEFAULT_DRAFT)]
-    systems = [("baseline", None, 0)] + [(Path(d).name, d, k) for d in drafts for k in ks]
+    systems = [("baseline", None, (0, 0.0))] + [(Path(d).name, d, shape) for d in drafts for shape in shapes]
     log_dir = log_dir or Path(f"/tmp/eagle3lab-{engine.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     rows, per_prompt, servers, base = [], [], [], None
-    for system, draft, k in systems:
-        config = config_label(SpecConfig(1, k, 1 if k else 0, k + 1 if k else 0), 0.0)
-        command = engine.launch_command(target_dir, port=free_port(), draft=draft, k=k)
+    for system, draft, (k, threshold) in systems:
+        config = config_label(SpecConfig(1, k, 1 if k else 0, k + 1 if k else 0), threshold)
+        command = engine.launch_command(target, port=free_port(), draft=draft, k=k, threshold=threshold)
         print(f"starting: {shlex.join(command)}", flush=True)
-        log = log_dir / f"{system}-{config.replace(',', '_')}.log"
+        log = log_dir / f"{system}-{config.replace(',', '_').replace('@', '_p')}.log"
         with engine.serve(command, log_path=log) as server, ServerClient(server.url, timeout=600.0) as client:
             records = measure_server(engine, client, prompts, settings.max_new_tokens, settings.repeats)
         servers.append({"system": system, "config": config, "command": command, "startup_s": server.started_s})
@@ -167,7 +176,7 @@ def run_served_benchmark(settings, log_dir: Path | None = None) -> dict:
     meta = {
         "engine": engine.name,
         "engine_settings": {k: v for k, v in vars(engine).items() if k != "name"},
-        "target": str(target_dir),
+        "target": str(target),
         "max_new_tokens": settings.max_new_tokens,
         "repeats": settings.repeats,
         "sets": list(dict.fromkeys(p.set for p in prompts)),
@@ -192,5 +201,6 @@ def _per_prompt(record: dict, system: str, config: str, engine: str) -> dict:
         "accept_length": counters.accept_length if counters else None,
         "per_position": list(counters.per_position) if counters else [],
         "drafts": counters.drafts if counters else None,
+        "accepted": counters.accepted if counters else None,
         "tokens": done.token_ids,
     }

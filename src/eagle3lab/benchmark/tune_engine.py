@@ -1,16 +1,19 @@
-"""`eagle3lab tune --engine vllm`: the draft length for a draft in a real serving engine, from that engine's own
-measurements, or "do not speculate".
+"""`eagle3lab tune --engine vllm|llamacpp`: the draft shape for a draft in a real serving engine, from that engine's
+own measurements, or "do not speculate".
 
-vLLM drafts chains (config 1,k,1,k+1). Calibration serves the tune prompts three times, each on a fresh server: the
-target alone (the cost of a plain step, per generated token), and the draft at k=1 and at the deepest k (the cost of
-a round, per drafted round; a round is one target verify of k+1 tokens plus k draft forwards, so its cost is taken
-as linear in k between the two). The deepest server's per-position counters give the draft's acceptance at every
-shallower k too, since a chain's position i is only reached through positions 0..i-1. Then, for each k,
+The served engines draft chains (config 1,k,1,k+1; llama.cpp also stops a chain below a draft probability, its
+p-min, written 1,k,1,k+1@p), fixed when the server starts. So tune serves the tune prompts on one fresh server per
+shape (k from 1 to --max-steps, times P_MIN_GRID where the engine has p-min) and one for the target alone, then
+splits the prompts in two: every other prompt calibrates, the rest check. On the calibration half it reads the
+engine's cost of a plain step (per generated token), its cost of a round for each shape (per drafted round: one
+target verify plus the draft forwards; on vLLM's CPU build it is not linear in k, so each shape is measured), and the
+draft's accept length for each shape (the engine's own counters). Then
 
-    predicted speedup(k) = tau(k) * t_step / t_round(k),    tau(k) = 1 + sum_{i<k} accepted_i / rounds
+    predicted speedup = tau * t_step / t_round    (Leviathan et al.; REFERENCE.md)
 
-(Leviathan et al.; REFERENCE.md). The top few predicted go through `bench --engine` on fresh servers beside the
-engine's baseline, and the measured winner gets its launch line, checked by the doctor.
+and the accept length 2x would need, 2 t_round / t_step. The held-out half measures every k against the engine's
+baseline on prompts the model never saw; the measured winner gets its launch line, checked by the doctor, or the
+decision is "do not speculate" when no k beats the baseline.
 """
 
 from __future__ import annotations
@@ -19,16 +22,17 @@ import shlex
 import statistics
 from pathlib import Path
 
-from eagle3lab.benchmark.served import make_engine, run_served_benchmark
+from eagle3lab.benchmark.served import THRESHOLDS, chain_shape, make_engine, run_served_benchmark
 from eagle3lab.benchmark.table import Column, render_rows
 from eagle3lab.benchmark.tune import DO_NOT_SPECULATE
 from eagle3lab.decoding.config import BASELINE
 from eagle3lab.io import InputError
-from eagle3lab.models.target import resolve
+
+P_MIN_GRID = (0.0, 0.5, 0.8)  # llama.cpp's --spec-draft-p-min values tried (0: draft all k tokens every round)
 
 
-def chain(k: int) -> str:
-    return f"1,{k},1,{k + 1}"
+def chain(k: int, threshold: float = 0.0) -> str:
+    return f"1,{k},1,{k + 1}" + (f"@{threshold:g}" if threshold else "")
 
 
 def _bench(tune_settings, configs: list[str], peers=()) -> dict:
@@ -54,113 +58,143 @@ def _bench(tune_settings, configs: list[str], peers=()) -> dict:
     return run_served_benchmark(bench)
 
 
-def _totals(per_prompt: list[dict], config: str) -> dict:
-    """Tokens, seconds, rounds and accepted-per-position of one config over every prompt."""
-    mine = [r for r in per_prompt if r["config"] == config]
+def split_prompts(per_prompt: list[dict]) -> tuple[set, set]:
+    """The calibration half (every other prompt, in benchmark order) and the held-out half, as (set, id) keys."""
+    keys = list(dict.fromkeys((r["set"], r["id"]) for r in per_prompt))
+    if len(keys) < 2:
+        raise InputError(f"tune in an engine needs at least 2 prompts (one calibrates, one checks); got {len(keys)}")
+    return set(keys[0::2]), set(keys[1::2])
+
+
+def _totals(per_prompt: list[dict], system: str, config: str, keys: set) -> dict:
+    """Tokens, seconds, rounds and accepted-per-position of one server over the prompts in `keys`."""
+    mine = [r for r in per_prompt if (r["system"], r["config"]) == (system, config) and (r["set"], r["id"]) in keys]
     width = max((len(r["per_position"]) for r in mine), default=0)
     return {
         "tokens": sum(r["completion_tokens"] for r in mine),
         "seconds": sum(r["seconds"] for r in mine),
         "rounds": sum(r["drafts"] or 0 for r in mine),
+        "accepted": sum(r["accepted"] or 0 for r in mine),
         "per_position": [sum(r["per_position"][i] for r in mine if i < len(r["per_position"])) for i in range(width)],
     }
 
 
-def calibrate(settings) -> dict:
-    """The engine's step and round costs and the draft's per-position acceptance, measured on the tune prompts."""
-    deepest = settings.max_steps
-    if deepest < 2:
-        raise InputError(f"--max-steps {deepest}: calibration needs the draft at k=1 and at a deeper k (>= 2)")
-    return calibration_from(_bench(settings, [BASELINE.label, chain(1), chain(deepest)]), settings.draft, deepest)
+def _draft_shapes(measured: dict, system: str) -> dict[str, tuple[int, float]]:
+    """The draft's served configs and their (k, threshold), shallowest first."""
+    configs = {r["config"] for r in measured["per_prompt"] if r["system"] == system}
+    shapes = {c: chain_shape(c, measured["meta"]["engine"]) for c in configs}
+    return dict(sorted(shapes.items(), key=lambda item: item[1]))
 
 
-def calibration_from(measured: dict, draft, deepest: int) -> dict:
-    """The calibration read off a `bench --engine` result that holds the baseline and `draft` at k=1 and k=deepest
-    (stage 04's benchmark of several k serves as its own calibration)."""
-    mine = [r for r in measured["per_prompt"] if r["system"] in ("baseline", Path(draft).name)]
-    base, one, deep = (_totals(mine, c) for c in (BASELINE.label, chain(1), chain(deepest)))
-    for name, t in (("k=1", one), (f"k={deepest}", deep)):
+def calibration_from(measured: dict, draft) -> dict:
+    """The engine's step cost, and the draft's round cost and accept length for every shape it was served with, read
+    off the calibration half of a `bench --engine` result (the baseline and `draft` at several shapes)."""
+    system, per_prompt = Path(draft).name, measured["per_prompt"]
+    calibration, _ = split_prompts(per_prompt)
+    base = _totals(per_prompt, "baseline", BASELINE.label, calibration)
+    if not base["tokens"]:
+        raise InputError("calibration: the benchmark has no baseline run (the target alone) to compare against")
+    shapes, round_s, accept = _draft_shapes(measured, system), {}, {}
+    for label in shapes:
+        t = _totals(per_prompt, system, label, calibration)
         if not t["rounds"]:
-            raise InputError(f"calibration: the draft at {name} drafted no round (the engine did not speculate)")
-    round_1, round_deep = one["seconds"] / one["rounds"], deep["seconds"] / deep["rounds"]
+            raise InputError(f"calibration: the draft at {label} drafted no round (the engine did not speculate)")
+        round_s[label], accept[label] = t["seconds"] / t["rounds"], 1.0 + t["accepted"] / t["rounds"]
+    if not round_s:
+        raise InputError(f"calibration: the benchmark served no draft named {system}")
+    # per position from the deepest chain without p-min: every position is drafted in every round there
+    deepest_label = max(shapes, key=lambda c: (shapes[c][1] == 0.0, shapes[c][0]))
+    deepest = _totals(per_prompt, system, deepest_label, calibration)
     return {
         "engine": measured["meta"]["engine"],
         "engine_settings": measured["meta"]["engine_settings"],
+        "prompts": len(calibration),
         "step_s": base["seconds"] / base["tokens"],
-        "round_s": {1: round_1, deepest: round_deep},
-        "round_s_per_k": (round_deep - round_1) / (deepest - 1),
-        "position_acceptance": [a / deep["rounds"] for a in deep["per_position"]],
-        "rounds": deep["rounds"],
+        "shapes": shapes,
+        "round_s": round_s,
+        "accept_length": accept,
+        "deepest": deepest_label,
+        "position_acceptance": [a / deepest["rounds"] for a in deepest["per_position"]],
+        "rounds": deepest["rounds"],
         "servers": measured["meta"]["servers"],
     }
 
 
 def predict(cal: dict) -> list[dict]:
-    """Every chain length up to the calibrated depth, best predicted first."""
-    (k1, round_1), *_ = sorted(cal["round_s"].items())
+    """Every calibrated draft shape, best predicted first."""
     out = []
-    for k in range(1, len(cal["position_acceptance"]) + 1):
-        tau = 1.0 + sum(cal["position_acceptance"][:k])
-        round_s = round_1 + (k - k1) * cal["round_s_per_k"]
-        out.append({"label": chain(k), "k": k, "accept_length": tau, "round_s": round_s})
+    for label, round_s in cal["round_s"].items():
+        k, threshold = cal["shapes"][label]
+        tau = cal["accept_length"][label]
+        out.append({"label": label, "k": k, "threshold": threshold, "accept_length": tau, "round_s": round_s})
         # break-even and 2x: the accept length at which a round's tokens pay for its cost once and twice over
         out[-1] |= {"speedup": tau * cal["step_s"] / round_s, "tau_for_2x": 2 * round_s / cal["step_s"]}
     return sorted(out, key=lambda p: -p["speedup"])
 
 
-def _measured(rows: list[dict], label: str, system: str) -> dict:
-    mine = [r for r in rows if r["config"] == label and r["system"] == system and r["engine"] != "local"]
+def _held_out(per_prompt: list[dict], system: str, label: str, keys: set) -> dict:
+    """One shape against the baseline on the held-out prompts."""
+    base, mine = (_totals(per_prompt, s, c, keys) for s, c in (("baseline", BASELINE.label), (system, label)))
+    if not (mine["seconds"] and base["seconds"] and base["tokens"]):
+        return {"measured_speedup": None, "measured_accept_length": None}
     return {
-        "measured_speedup": statistics.median(r["speedup_vs_baseline"] for r in mine) if mine else None,
-        "measured_accept_length": statistics.median(r["accept_length"] for r in mine) if mine else None,
-        "measured_vs_hf": statistics.median(r["speedup_vs_hf_generate"] or 0 for r in mine) if mine else None,
+        "measured_speedup": (mine["tokens"] / mine["seconds"]) / (base["tokens"] / base["seconds"]),
+        "measured_accept_length": 1.0 + mine["accepted"] / mine["rounds"] if mine["rounds"] else None,
     }
 
 
-def _result(cal: dict) -> dict:
-    return {"engine": cal["engine"], "calibration": cal, "predictions": predict(cal), "ranked": [], "benchmark": None}
+def _all_prompts(rows: list[dict], label: str, system: str) -> dict:
+    """Medians over sets, every prompt counted: against the engine's baseline and HF generate."""
+    mine = [r for r in rows if r["config"] == label and r["system"] == system and r["engine"] != "local"]
+
+    def median(key: str) -> float | None:
+        values = [r[key] for r in mine]
+        return statistics.median(values) if values and None not in values else None
+
+    return {"all_speedup": median("speedup_vs_baseline"), "measured_vs_hf": median("speedup_vs_hf_generate")}
 
 
-def _decide(result: dict, predictions: list[dict], bench: dict, settings, draft) -> dict:
-    """Predictions beside their measurement in `bench` (best measured first); speculate only when the best beats
-    the engine's baseline, with its launch line and the doctor's verdict."""
-    system = Path(draft).name
-    result["benchmark"] = bench
-    result["ranked"] = sorted(
-        (p | _measured(bench["rows"], p["label"], system) for p in predictions),
+def tune_from_benchmark(bench: dict, settings, draft) -> dict:
+    """The decision from a `bench --engine` run of the baseline and `draft` at several k (tune's own, or stage
+    04's): predictions from the calibration half beside the held-out measurement, best measured first; speculate
+    only when the best beats the engine's baseline, with its launch line and the doctor's verdict."""
+    cal = calibration_from(bench, draft)
+    system, (_, held_out) = Path(draft).name, split_prompts(bench["per_prompt"])
+    ranked = sorted(
+        (
+            p
+            | _held_out(bench["per_prompt"], system, p["label"], held_out)
+            | _all_prompts(bench["rows"], p["label"], system)
+            for p in predict(cal)
+        ),
         key=lambda r: -(r["measured_speedup"] or 0.0),
     )
-    result |= {"winner": None, "decision": DO_NOT_SPECULATE, "launch": None, "doctor": None}
-    best = result["ranked"][0] if result["ranked"] else None
+    result = {"engine": cal["engine"], "calibration": cal, "held_out_prompts": len(held_out), "ranked": ranked}
+    result |= {"benchmark": bench, "winner": None, "decision": DO_NOT_SPECULATE, "launch": None, "doctor": None}
+    best = ranked[0] if ranked else None
     if best and (best["measured_speedup"] or 0.0) > 1.0:
         result["winner"], result["decision"] = best, best["label"]
-        result["launch"], result["doctor"] = launch_line(settings, draft, best["k"])
+        result["launch"], result["doctor"] = launch_line(settings, draft, best["k"], best["threshold"])
     return result
 
 
 def tune_in_engine(settings) -> dict:
-    """The whole run (TuneSettings with `engine` set): calibration, predictions, benchmark of the top few, decision."""
-    result = _result(calibrate(settings))
-    chosen = [p for p in result["predictions"] if p["speedup"] > 1.0][: max(settings.top, 1)]
-    if not chosen or settings.top == 0:  # nothing predicted to pay (or predict only): nothing to benchmark
-        return _decide(result, [], {"rows": []}, settings, settings.draft)
-    bench = _bench(settings, [p["label"] for p in chosen], peers=("hf-generate",))
-    return _decide(result, chosen, bench, settings, settings.draft)
+    """The whole run (TuneSettings with `engine` set): the baseline and every shape (k = 1..--max-steps, times
+    P_MIN_GRID where the engine has p-min) on fresh servers, then the decision."""
+    if settings.max_steps < 1:
+        raise InputError(f"--max-steps {settings.max_steps}: the engine needs a draft length of at least 1")
+    thresholds = P_MIN_GRID if settings.engine in THRESHOLDS else (0.0,)
+    configs = [BASELINE.label] + [chain(k, p) for k in range(1, settings.max_steps + 1) for p in thresholds]
+    return tune_from_benchmark(_bench(settings, configs, peers=("hf-generate",)), settings, settings.draft)
 
 
-def tune_from_benchmark(bench: dict, settings, draft, deepest: int) -> dict:
-    """The same decision from a `bench --engine` run that measured `draft` at every k up to `deepest` (stage 04):
-    calibrated on k=1 and k=deepest, so the k between them check the model against the measurement."""
-    result = _result(calibration_from(bench, draft, deepest))
-    return _decide(result, result["predictions"], bench, settings, draft)
-
-
-def launch_line(settings, draft, k: int) -> tuple[list[str], dict]:
-    """The engine's launch line for `draft` at k, and the doctor's verdict on it (import late: the doctor is heavy).
-    `settings`: TuneSettings or BenchSettings (engine, dtype, compile mode, target)."""
+def launch_line(settings, draft, k: int, threshold: float = 0.0) -> tuple[list[str], dict]:
+    """The engine's launch line for `draft` at k (and p-min), and the doctor's verdict on it (import late: the doctor
+    is heavy). `settings`: TuneSettings or BenchSettings (engine, dtype, compile mode, target)."""
     from eagle3lab.doctor.diagnosis import diagnose
 
-    command = make_engine(settings).launch_command(resolve(settings.target), port=8000, draft=draft, k=k)
+    engine = make_engine(settings)
+    command = engine.launch_command(engine.model(settings.target), port=8000, draft=draft, k=k, threshold=threshold)
     return command, diagnose(launch=command, draft=draft).to_dict()
 
 
@@ -172,7 +206,8 @@ COLUMNS = (
     Column("2x needs", "tau_for_2x", 8, ".2f"),
     Column("measured", "measured_speedup", 8, ".2f"),
     Column("meas. acc", "measured_accept_length", 9, ".2f"),
-    Column("x HF", "measured_vs_hf", 5, ".2f"),
+    Column("all x base", "all_speedup", 10, ".2f"),
+    Column("all x HF", "measured_vs_hf", 8, ".2f"),
 )
 
 
@@ -180,18 +215,19 @@ def format_engine_result(result: dict) -> str:
     """The calibration, the ranked table (predicted vs measured), then the decision and the winner's launch line."""
     cal = result["calibration"]
     acceptance = " ".join(f"{a:.2f}" for a in cal["position_acceptance"])
-    rows = [r | {"round_ms": r["round_s"] * 1e3} for r in (result["ranked"] or result["predictions"][:5])]
+    rows = [r | {"round_ms": r["round_s"] * 1e3} for r in result["ranked"]]
     lines = [
-        f"{result['engine']}: plain step {cal['step_s'] * 1e3:.1f} ms/token; round "
-        + ", ".join(f"k={k} {s * 1e3:.1f} ms" for k, s in cal["round_s"].items())
-        + f"; per-position acceptance {acceptance} ({cal['rounds']} rounds)",
+        f"{result['engine']}: calibrated on {cal['prompts']} prompts, measured on the other "
+        f"{result['held_out_prompts']}; plain step {cal['step_s'] * 1e3:.1f} ms/token; per-position acceptance "
+        f"{acceptance} ({cal['deepest']}, {cal['rounds']} rounds)",
         render_rows(rows, COLUMNS, details=False),
     ]
     if result["winner"] is None:
         lines.append(f"decision: {DO_NOT_SPECULATE} (no draft length beats {result['engine']}'s own baseline here)")
         return "\n".join(lines)
     command = result["launch"]
-    lines.append(f"decision: {result['decision']} (k={result['winner']['k']})")
+    winner = result["winner"]
+    lines.append(f"decision: {result['decision']} (k={winner['k']}, threshold {winner['threshold']:g})")
     lines.append(f"{result['engine']} launch: {shlex.join(command)}")
     lines.append(f"doctor: {result['doctor']['summary']} (exit {result['doctor']['exit_code']})")
     return "\n".join(lines)

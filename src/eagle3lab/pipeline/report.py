@@ -220,9 +220,8 @@ def _in_vllm(v: dict | None) -> str:
             ],
             rows,
         )
-        + "\n\n`eagle3lab tune --engine vllm` on the same run (calibrated on k=1 and the deepest k):\n\n"
-        + "\n".join(tuned)
-        + "\n"
+        + "\n\n`eagle3lab tune --engine vllm` on the same run (predicted from every other prompt, measured on the "
+        "rest):\n\n" + "\n".join(tuned) + "\n"
     )
 
 

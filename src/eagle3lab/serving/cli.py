@@ -3,6 +3,7 @@ the URL, and serve until interrupted (the engine's whole process group stops wit
 
     eagle3lab serve --engine vllm --draft drafts/smollm2-original-6960 --k 2
     eagle3lab serve --engine vllm --draft drafts/smollm2-original-6960 --k 2 --print-only   # the line, no server
+    eagle3lab serve --engine llamacpp --draft drafts/smollm2-original-6960 --k 2 --p-min 0.5
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from eagle3lab.benchmark.served import ENGINES, make_engine
 from eagle3lab.io import InputError
-from eagle3lab.models.target import DEFAULT_TARGET, resolve
+from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import add_options, from_options, option
 from eagle3lab.serving.client import ServerError
 from eagle3lab.serving.processes import free_port
@@ -29,6 +30,7 @@ class ServeSettings:
     target: str = option(DEFAULT_TARGET, "target spec or model folder")
     draft: str | None = option(None, "draft folder (SGLang/SpecForge format); none: the target alone")
     k: int = option(2, "draft tokens per round (with --draft)")
+    p_min: float = option(0.0, "llamacpp: stop a round's draft below this draft probability (--spec-draft-p-min)")
     port: int | None = option(None, "port on 127.0.0.1 (default: a free one)")
     dtype: str = option("bfloat16", "model dtype", choices=("float32", "bfloat16", "float16"))
     eager: bool = option(False, "vllm: --enforce-eager instead of compiling")
@@ -44,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         engine = make_engine(settings)
         k = settings.k if settings.draft else 0
         port = settings.port or free_port()
-        command = engine.launch_command(resolve(settings.target), port=port, draft=settings.draft, k=k)
+        command = engine.launch_command(
+            engine.model(settings.target), port=port, draft=settings.draft, k=k, threshold=settings.p_min
+        )
         print(shlex.join(command), flush=True)
         if settings.print_only:
             return 0

@@ -229,7 +229,7 @@ class ServerClient:
         completion.seconds = seconds
         return completion
 
-    def _timed(self, path: str, body: dict, read) -> Completion:
+    def timed_post(self, path: str, body: dict, read) -> Completion:
         """POST `body` to `path`; the answer read by `read(json, where)`, with the request's wall time."""
         t0 = time.perf_counter()
         response = self.http.post(path, json=body)
@@ -240,7 +240,7 @@ class ServerClient:
 
     def chat(self, messages: list[dict], *, max_tokens: int, temperature: float = 0.0) -> Completion:
         body = chat_body(self.discover_model(), messages, max_tokens, temperature)
-        return self._timed("/v1/chat/completions", body, read_chat)
+        return self.timed_post("/v1/chat/completions", body, read_chat)
 
     def complete(self, input_ids: list[int], *, max_tokens: int, temperature: float = 0.0) -> Completion:
         """POST /v1/completions with the prompt as token ids (exactly the ids another engine is given), asking for
@@ -252,7 +252,7 @@ class ServerClient:
             "temperature": temperature,
             "return_token_ids": True,
         }
-        return self._timed("/v1/completions", body, read_completion)
+        return self.timed_post("/v1/completions", body, read_completion)
 
     def metrics(self) -> str:
         """GET /metrics: the server's Prometheus text (vLLM's speculation counters live there)."""

@@ -1,7 +1,8 @@
-"""The engine layer's one interface. A serving engine (vLLM now; llama.cpp and SGLang beside it) is one module with
-the same few verbs: its environment, the launch line for a target, a draft and a draft length, the server's start on
-loopback (health first), its own speculation counters, and the stop of its process group. The benchmark, the doctor
-and tune ask an engine for these and never fork per engine."""
+"""The engine layer's one interface. A serving engine (vLLM and llama.cpp; SGLang beside them) is one module with
+the same few verbs: its environment or build, the target as it loads it, the launch line for a target, a draft and a
+draft length, the server's start on loopback (health first), one greedy request by token ids, its own speculation
+counters, and the stop of its process group. The benchmark, the doctor and tune ask an engine for these and never
+fork per engine."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from eagle3lab.io import InputError
-from eagle3lab.serving.client import ServerClient
+from eagle3lab.serving.client import Completion, ServerClient
 from eagle3lab.serving.processes import Server
 
 
@@ -57,18 +60,59 @@ class SpecCounters:
         return [p / self.drafts for p in self.per_position] if self.drafts else []
 
 
+def parse_spec_counters(text: str, prefix: str) -> SpecCounters | None:
+    """Speculation counters from Prometheus text, summed over engines: vLLM (`vllm:`) and llama.cpp (`llamacpp:`)
+    both publish spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens and _num_accepted_tokens_per_pos
+    {position}. None when the server exposes none (it does not speculate)."""
+    totals: dict[str, float] = {}
+    per_position: dict[int, float] = {}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith(prefix + "spec_decode_"):
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            name = sample.name.removeprefix(prefix + "spec_decode_").removesuffix("_total")
+            if name == "num_accepted_tokens_per_pos":
+                position = int(sample.labels["position"])
+                per_position[position] = per_position.get(position, 0.0) + sample.value
+            else:
+                totals[name] = totals.get(name, 0.0) + sample.value
+    if "num_drafts" not in totals:
+        return None
+    return SpecCounters(
+        drafts=int(totals["num_drafts"]),
+        draft_tokens=int(totals.get("num_draft_tokens", 0)),
+        accepted=int(totals.get("num_accepted_tokens", 0)),
+        per_position=tuple(int(per_position[i]) for i in sorted(per_position)),
+    )
+
+
 class Engine(Protocol):
-    """What every engine module offers (`serving.vllm.VLLM`, ...)."""
+    """What every engine module offers (`serving.vllm.VLLM`, `serving.llamacpp.LlamaCpp`)."""
 
     name: str
 
+    def model(self, spec: str) -> Path:
+        """The target `spec` (an embedded target or a model path) as this engine loads it."""
+
     def launch_command(
-        self, target: str | os.PathLike, *, port: int, draft: str | os.PathLike | None = None, k: int = 0
+        self,
+        target: str | os.PathLike,
+        *,
+        port: int,
+        draft: str | os.PathLike | None = None,
+        k: int = 0,
+        threshold: float = 0.0,
     ) -> list[str]:
-        """The server command: the target alone (k 0) or with `draft` proposing k tokens per round."""
+        """The server command: the target alone (k 0) or with `draft` proposing up to k tokens per round, stopping
+        early where the draft's confidence falls below `threshold` (engines without that setting refuse one)."""
 
     def serve(self, command: list[str], *, log_path: Path | None = None) -> contextlib.AbstractContextManager[Server]:
         """Start `command` on loopback, wait for health, yield the Server, stop its process group on exit."""
+
+    def complete(self, client: ServerClient, input_ids: list[int], max_tokens: int) -> Completion:
+        """One greedy completion of exactly these token ids, with the generated ids back."""
 
     def counters(self, client: ServerClient) -> SpecCounters | None:
         """The server's cumulative speculation counters; None when it does not speculate."""

@@ -21,12 +21,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from eagle3lab.io import InputError
+from eagle3lab.models.target import resolve
 from eagle3lab.paths import cache_dir
-from eagle3lab.serving.client import ServerClient
-from eagle3lab.serving.engine import EngineMissing, SpecCounters
+from eagle3lab.serving.client import Completion, ServerClient
+from eagle3lab.serving.engine import EngineMissing, SpecCounters, parse_spec_counters
 from eagle3lab.serving.processes import start_server
 
 VERSION = "0.32.0"
@@ -102,9 +101,20 @@ class VLLM:
     startup_timeout: float = 600.0
     device: str = "cpu"
 
+    def model(self, spec: str) -> Path:
+        return Path(resolve(spec))
+
     def launch_command(
-        self, target: str | os.PathLike, *, port: int, draft: str | os.PathLike | None = None, k: int = 0
+        self,
+        target: str | os.PathLike,
+        *,
+        port: int,
+        draft: str | os.PathLike | None = None,
+        k: int = 0,
+        threshold: float = 0.0,
     ) -> list[str]:
+        if threshold:
+            raise InputError(f"vLLM drafts all k tokens every round: it has no draft threshold (got {threshold})")
         if k < 0 or (k and draft is None) or (draft is not None and not k):
             raise InputError(f"vLLM: a draft needs a draft length k >= 1 and k >= 1 a draft (got k={k}, draft={draft})")
         if draft is not None:
@@ -149,6 +159,9 @@ class VLLM:
             command, f"http://127.0.0.1:{port}", self.startup_timeout, log_path=log_path, env=self.environment()
         )
 
+    def complete(self, client: ServerClient, input_ids: list[int], max_tokens: int) -> Completion:
+        return client.complete(input_ids, max_tokens=max_tokens)
+
     def counters(self, client: ServerClient) -> SpecCounters | None:
         return parse_counters(client.metrics())
 
@@ -165,30 +178,7 @@ def check_draft_folder(draft: str | os.PathLike) -> None:
 
 
 def parse_counters(text: str) -> SpecCounters | None:
-    """vLLM's spec_decode counters from Prometheus text (summed over engines); None when the server exposes none
-    (it does not speculate)."""
-    totals: dict[str, float] = {}
-    per_position: dict[int, float] = {}
-    for family in text_string_to_metric_families(text):
-        if not family.name.startswith("vllm:spec_decode_"):
-            continue
-        for sample in family.samples:
-            if not sample.name.endswith("_total"):
-                continue
-            name = sample.name.removeprefix("vllm:spec_decode_").removesuffix("_total")
-            if name == "num_accepted_tokens_per_pos":
-                position = int(sample.labels["position"])
-                per_position[position] = per_position.get(position, 0.0) + sample.value
-            else:
-                totals[name] = totals.get(name, 0.0) + sample.value
-    if "num_drafts" not in totals:
-        return None
-    return SpecCounters(
-        drafts=int(totals["num_drafts"]),
-        draft_tokens=int(totals.get("num_draft_tokens", 0)),
-        accepted=int(totals.get("num_accepted_tokens", 0)),
-        per_position=tuple(int(per_position[i]) for i in sorted(per_position)),
-    )
+    return parse_spec_counters(text, "vllm:")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,157 @@
+"""An EAGLE-3 draft as a GGUF for llama.cpp: the export (llama.cpp's own `convert_hf_to_gguf.py`, from the pinned
+source tree `make llamacpp` keeps), the facts a draft or target GGUF carries, and the one set of rules that says
+whether a draft GGUF fits a target GGUF. The export checks its output with them; so does the doctor.
+
+    eagle3lab export --format gguf DRAFT [--target T] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from eagle3lab.io import InputError
+
+DRAFT_ARCH = "eagle3"  # general.architecture of an EAGLE-3 draft GGUF (llama.cpp's src/models/eagle3.cpp)
+
+
+def _value(field):
+    value = field.contents()
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def gguf_facts(path: str | os.PathLike) -> dict:
+    """What a GGUF says about itself: architecture, layers, widths, vocab, and for an EAGLE-3 draft its capture
+    layers, target width and d2t map (None where the file has none)."""
+    from gguf import GGUFReader
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such GGUF file")
+    try:
+        reader = GGUFReader(path)
+    except (ValueError, OSError) as e:
+        raise InputError(f"{path}: not a readable GGUF file ({e})") from None
+    fields = {name: _value(field) for name, field in reader.fields.items() if not name.startswith("tokenizer.ggml.t")}
+    arch = fields.get("general.architecture")
+    tensors = {t.name: t for t in reader.tensors}
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    d2t = tensors.get("d2t")
+    output = tensors.get("output.weight")
+    return {
+        "path": str(path),
+        "architecture": arch,
+        "block_count": fields.get(f"{arch}.block_count"),
+        "embedding_length": fields.get(f"{arch}.embedding_length"),
+        "vocab_size": fields.get(f"{arch}.vocab_size") or (len(tokens.data) if tokens else None),
+        "tokenizer_pre": fields.get("tokenizer.ggml.pre"),
+        "target_layers": fields.get(f"{arch}.target_layers"),
+        "target_hidden_size": fields.get(f"{arch}.target_hidden_size"),
+        # the draft's own head: its width is the draft vocab (smaller than the target's when d2t maps it)
+        "draft_vocab_size": int(output.shape[-1]) if output is not None and arch == DRAFT_ARCH else None,
+        # the GGUF's d2t holds absolute target ids (the HF draft's holds offsets; the converter adds them up)
+        "d2t_max_target_id": int(np.asarray(d2t.data).max()) if d2t is not None else None,
+    }
+
+
+def draft_mismatches(draft: dict, target: dict) -> list[str]:
+    """Why a draft GGUF (gguf_facts) cannot serve a target GGUF; empty when it fits. Each line names the field."""
+    where = f"draft {draft['path']}"
+    if draft["architecture"] != DRAFT_ARCH:
+        return [
+            f"{where}: general.architecture is {draft['architecture']!r}, not {DRAFT_ARCH!r} (not an EAGLE-3 draft)"
+        ]
+    problems = []
+    layers, n_layers = draft["target_layers"] or [], target["block_count"]
+    if not layers:
+        problems.append(f"{where}: no eagle3.target_layers (the target layers whose states it reads)")
+    elif n_layers is not None and any(not 0 <= i < n_layers for i in layers):
+        problems.append(f"{where}: eagle3.target_layers {layers} outside the target's {n_layers} layers")
+    if draft["target_hidden_size"] != target["embedding_length"]:
+        problems.append(
+            f"{where}: eagle3.target_hidden_size {draft['target_hidden_size']} != the target's embedding_length "
+            f"{target['embedding_length']} (converted for another target)"
+        )
+    if draft["vocab_size"] != target["vocab_size"]:
+        problems.append(
+            f"{where}: vocab_size {draft['vocab_size']} != the target's {target['vocab_size']} (another tokenizer)"
+        )
+    if draft["tokenizer_pre"] and target["tokenizer_pre"] and draft["tokenizer_pre"] != target["tokenizer_pre"]:
+        problems.append(
+            f"{where}: tokenizer.ggml.pre {draft['tokenizer_pre']!r} != the target's {target['tokenizer_pre']!r}"
+        )
+    small_head = draft["draft_vocab_size"] is not None and draft["draft_vocab_size"] != target["vocab_size"]
+    if small_head and draft["d2t_max_target_id"] is None:
+        problems.append(
+            f"{where}: a {draft['draft_vocab_size']}-token head without a d2t map (its ids would be read as the "
+            "target's first ids)"
+        )
+    elif draft["d2t_max_target_id"] is not None and draft["d2t_max_target_id"] >= (target["vocab_size"] or 0):
+        problems.append(f"{where}: d2t maps to target id {draft['d2t_max_target_id']}, past the target's vocab")
+    return problems
+
+
+def default_output(draft: str | os.PathLike) -> Path:
+    """The draft's GGUF beside its folder: drafts/x -> drafts/x.gguf."""
+    folder = Path(draft)
+    return folder.with_name(folder.name + ".gguf")
+
+
+def export_gguf(draft: str | os.PathLike, target_spec: str, out: str | os.PathLike | None = None) -> Path:
+    """Convert an SGLang-format draft folder to a bf16 GGUF for `target_spec` and check it against the target's
+    GGUF; written to a temporary name and renamed, so a killed export leaves no half-written file."""
+    from eagle3lab.models.target import embedded_gguf, resolve
+    from eagle3lab.serving.llamacpp import source_dir
+    from eagle3lab.serving.vllm import check_draft_folder
+
+    check_draft_folder(draft)
+    out = Path(out) if out else default_output(draft)
+    partial = out.with_name(out.name + ".partial")
+    command = [
+        sys.executable,
+        str(source_dir() / "convert_hf_to_gguf.py"),
+        str(draft),
+        "--target-model-dir",
+        str(resolve(target_spec)),
+        "--outtype",
+        "bf16",
+        "--outfile",
+        str(partial),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        partial.unlink(missing_ok=True)
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-10:])
+        raise InputError(f"draft {draft}: convert_hf_to_gguf.py failed (exit {done.returncode}):\n{tail}")
+    problems = draft_mismatches(gguf_facts(partial), gguf_facts(embedded_gguf(target_spec)))
+    if problems:
+        partial.unlink()
+        raise InputError("\n".join(problems))
+    partial.replace(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from eagle3lab.models.target import DEFAULT_TARGET
+
+    parser = argparse.ArgumentParser(prog="eagle3lab export", description=__doc__.splitlines()[0])
+    parser.add_argument("draft", help="draft folder (SGLang format)")
+    parser.add_argument("--format", choices=("gguf",), default="gguf", help="what to write (llama.cpp's GGUF)")
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="the target the draft serves (an embedded spec)")
+    parser.add_argument("--out", help="output file (default: beside the draft folder, DRAFT.gguf)")
+    args = parser.parse_args(argv)
+    try:
+        print(export_gguf(args.draft, args.target, args.out))
+    except InputError as e:
+        print(f"eagle3lab export: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
