@@ -22,10 +22,10 @@ from eagle3lab.devices import resolve_device
 from eagle3lab.io import InputError
 from eagle3lab.models.target import resolve
 from eagle3lab.serving.client import ServerClient
-from eagle3lab.serving.engine import Engine
+from eagle3lab.serving.engine import ENGINE_NAMES, Engine
 from eagle3lab.serving.processes import free_port
 
-ENGINES = ("local", "vllm", "llamacpp")
+ENGINES = ("local", *ENGINE_NAMES)
 SERVED_COLUMNS = (
     *KEY,
     Column("engine", "engine", 6, left=True),
@@ -141,14 +141,15 @@ def _speedups(rows: list[dict], local: list[dict]) -> None:
             r[key] = r["tokens_per_s"] / reference if reference else None
 
 
-def run_served_benchmark(settings, log_dir: Path | None = None) -> dict:
-    """The benchmark in `settings.engine` (BenchSettings): {"meta", "rows", "per_prompt"} like `run_benchmark`, rows
-    carrying an `engine` column; the local baseline and HF peers come along when `settings.peers` names them."""
+def run_served_benchmark(settings, log_dir: Path | None = None, engine: Engine | None = None) -> dict:
+    """The benchmark in `settings.engine` (BenchSettings), or in `engine` as given (one configured otherwise, as
+    stage 06's wrong llama.cpp type): {"meta", "rows", "per_prompt"} like `run_benchmark`, rows carrying an `engine`
+    column; the local baseline and HF peers come along when `settings.peers` names them."""
     from transformers import AutoTokenizer
 
     if any(m != "eagle3" for m in settings.modes):
         raise InputError(f"--modes: {settings.engine} serves EAGLE-3 drafts as eagle3 only")
-    engine = make_engine(settings)
+    engine = engine or make_engine(settings)
     shapes = sorted({chain_shape(c, engine.name) for c in settings.configs} - {(0, 0.0)})
     target = engine.model(settings.target)
     prompts = load_prompts(

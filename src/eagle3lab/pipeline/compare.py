@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle3lab.pipeline.report import _load, _table
+from eagle3lab.serving.engine import ENGINE_NAMES
 
 
 # Headline figures for `--compare`: what a rerun should reproduce. "count": exact on any machine (records,
@@ -54,11 +55,12 @@ def headline(metrics: Path) -> list[tuple[str, str, float]]:
             elif row["system"] not in ("baseline", *drafts):  # peers, and third-party drafts at each config
                 config = f" {row['config']}" if row["draft"] else ""
                 add(f"{label}{config}: vs baseline", "speed", row["speedup_vs_baseline"])
-        for row in (b.get("vllm") or {}).get("rows", []):
-            if row["engine"] == "vllm" and row["draft"]:
-                label = f"benchmark vllm {row['set']} {row['system']} {row['config']}"
-                add(f"{label}: accept length", "quality", row["accept_length"])
-                add(f"{label}: vs vLLM baseline", "speed", row["speedup_vs_baseline"])
+        for engine, shown in ENGINE_NAMES.items():
+            for row in (b.get(engine) or {}).get("rows", []):
+                if row["engine"] == engine and row["draft"]:
+                    label = f"benchmark {engine} {row['set']} {row['system']} {row['config']}"
+                    add(f"{label}: accept length", "quality", row["accept_length"])
+                    add(f"{label}: vs {shown} baseline", "speed", row["speedup_vs_baseline"])
         for r in (b.get("tuned") or {}).get("predicted_vs_measured", []):
             if r["label"] == b["tuned"]["config"]:  # named "tuned", not by config, like "best" above
                 add("benchmark tuned config: predicted speedup", "speed", r["speedup"])

@@ -18,6 +18,8 @@ from eagle3lab.io import InputError
 from eagle3lab.serving.client import Completion, ServerClient
 from eagle3lab.serving.processes import Server
 
+ENGINE_NAMES = {"vllm": "vLLM", "llamacpp": "llama.cpp"}  # the served engines' modules, as their users write them
+
 
 class EngineMissing(InputError):
     """The engine's environment or build is not there; the message names the command that sets it up."""

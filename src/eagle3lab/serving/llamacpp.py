@@ -134,10 +134,11 @@ def draft_gguf(draft: str | os.PathLike, target_spec: str) -> Path:
 class LlamaCpp:
     """llama-server with the settings its launch line carries: one slot (requests one at a time), `threads` CPU
     threads, a `context`-token window, and /metrics on. `target_spec` names the HF target a draft folder is
-    exported against."""
+    exported against; `spec_type` other than draft-eagle3 is the silent bypass stage 06 measures."""
 
     name: str = "llamacpp"
     target_spec: str = DEFAULT_TARGET
+    spec_type: str = SPEC_TYPE
     threads: int = os.cpu_count() or 1
     context: int = 4096
     startup_timeout: float = 120.0
@@ -167,7 +168,7 @@ class LlamaCpp:
         cmd += ["-t", str(self.threads), "-np", "1", "-c", str(self.context), "--metrics", "--no-webui"]
         if draft is not None:
             gguf = draft_gguf(draft, self.target_spec)
-            cmd += ["-md", str(gguf), "--spec-type", SPEC_TYPE, "--spec-draft-n-max", str(k)]
+            cmd += ["-md", str(gguf), "--spec-type", self.spec_type, "--spec-draft-n-max", str(k)]
             cmd += ["--spec-draft-p-min", f"{threshold:g}"]
         return cmd
 

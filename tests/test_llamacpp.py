@@ -1,0 +1,100 @@
+"""llama.cpp as an engine: its build, the launch line, the draft's GGUF export and its checks, and real llama-servers
+on loopback (the wheel's Q4_1 SmolLM2 with the committed trained draft) speculating through the engine interface."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import TRAINED_DRAFT
+from eagle3lab.benchmark.prompts import load_prompts
+from eagle3lab.benchmark.served import _row, measure_server
+from eagle3lab.io import InputError
+from eagle3lab.paths import ROOT
+from eagle3lab.serving.client import ServerClient
+from eagle3lab.serving.engine import EngineMissing
+from eagle3lab.serving.gguf import draft_mismatches, gguf_facts
+from eagle3lab.serving.llamacpp import SPEC_TYPE, draft_gguf, server_path
+
+
+def test_a_missing_build_names_the_command_that_makes_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("EAGLE3LAB_CACHE", str(tmp_path))
+    with pytest.raises(EngineMissing, match=r"run `make llamacpp`"):
+        server_path()
+    (tmp_path / "engines" / "llama.cpp-11434.0.0" / "build" / "bin").mkdir(parents=True)  # killed mid-build: no mark
+    with pytest.raises(EngineMissing):
+        server_path()
+
+
+def test_launch_line_serves_the_draft_gguf_as_eagle3(llamacpp, llamacpp_target):
+    cmd = llamacpp.launch_command(llamacpp_target, port=8123, draft=ROOT / TRAINED_DRAFT, k=3, threshold=0.5)
+    value = {flag: cmd[cmd.index(flag) + 1] for flag in ("-m", "-md", "--spec-type", "--spec-draft-n-max")}
+    assert value["-m"] == str(llamacpp_target) and value["--spec-type"] == SPEC_TYPE == "draft-eagle3"
+    assert value["-md"].endswith(".gguf") and value["--spec-draft-n-max"] == "3"
+    assert cmd[cmd.index("--spec-draft-p-min") + 1] == "0.5" and "--metrics" in cmd  # the counters need --metrics
+    with pytest.raises(InputError, match="a draft needs k >= 1"):
+        llamacpp.launch_command(llamacpp_target, port=8123, draft=ROOT / TRAINED_DRAFT)
+
+
+def test_the_exported_draft_fits_the_target_and_records_what_it_was_trained_on(llamacpp, llamacpp_target):
+    draft = gguf_facts(draft_gguf(ROOT / TRAINED_DRAFT, "smollm2-135m-instruct"))
+    target = gguf_facts(llamacpp_target)
+    assert draft["architecture"] == "eagle3" and draft["target_layers"] == [2, 15, 27]
+    assert draft["draft_vocab_size"] == 4096 and draft["d2t_max_target_id"] < target["vocab_size"] == 49152
+    assert draft_mismatches(draft, target) == []
+
+
+def test_a_draft_gguf_for_another_target_is_refused_before_launch(llamacpp, llamacpp_target, tmp_path):
+    # a draft converted for a 960-wide, 34-layer target, checked against the 135M target (576 wide, 30 layers)
+    draft = gguf_facts(draft_gguf(ROOT / TRAINED_DRAFT, "smollm2-135m-instruct"))
+    other = draft | {"path": "other.gguf", "target_hidden_size": 960, "target_layers": [2, 17, 31]}
+    problems = draft_mismatches(other, gguf_facts(llamacpp_target))
+    assert any("target_hidden_size 960 != the target's embedding_length 576" in p for p in problems)
+    assert any("[2, 17, 31] outside the target's 30 layers" in p for p in problems)
+    assert draft_mismatches(gguf_facts(llamacpp_target), gguf_facts(llamacpp_target))[0].endswith(
+        "not 'eagle3' (not an EAGLE-3 draft)"
+    )  # the target itself passed as the draft
+
+
+def test_a_folder_that_is_not_a_draft_is_refused_before_export(llamacpp, llamacpp_target, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"]}))
+    with pytest.raises(InputError, match=r"config.json and \*.safetensors"):
+        llamacpp.launch_command(llamacpp_target, port=8123, draft=tmp_path, k=2)
+    with pytest.raises(InputError, match="no such GGUF file"):
+        llamacpp.launch_command(llamacpp_target, port=8123, draft=tmp_path / "missing.gguf", k=2)
+
+
+def test_a_failed_export_leaves_nothing_a_later_run_would_trust(llamacpp, tmp_path):
+    from eagle3lab.serving.gguf import export_gguf
+
+    copy = tmp_path / "draft"
+    shutil.copytree(ROOT / TRAINED_DRAFT, copy)
+    (copy / "config.json").write_text("{")  # the converter dies on it mid-way
+    with pytest.raises(InputError, match="convert_hf_to_gguf.py failed"):
+        export_gguf(copy, "smollm2-135m-instruct", tmp_path / "d.gguf")
+    assert list(tmp_path.glob("d.gguf*")) == []
+
+
+@pytest.fixture(scope="module")
+def three_prompts(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    return load_prompts(AutoTokenizer.from_pretrained(smollm2_dir), ["mtbench"], None, 3)
+
+
+def test_the_trained_draft_speculates_in_llamacpp_and_greedy_output_equals_its_baseline(
+    llamacpp, llamacpp_eagle3, llamacpp_baseline, three_prompts
+):
+    with ServerClient(llamacpp_eagle3.url) as spec, ServerClient(llamacpp_baseline.url) as plain:
+        drafted = measure_server(llamacpp, spec, three_prompts, 48, repeats=1)
+        baseline = measure_server(llamacpp, plain, three_prompts, 48, repeats=1)
+    assert all(r["counters"].drafts == 0 for r in baseline)  # no draft: llama-server's spec counters stay at 0
+    base = {r["prompt"].id: r["done"].token_ids for r in baseline}
+    row = _row("mtbench", "trained", "1,2,1,3", TRAINED_DRAFT, "llamacpp", drafted, base)
+    assert row["completion_tokens"] == sum(len(t) for t in base.values()) == 3 * 48
+    assert row["drafts"] > 0 and 1.2 < row["accept_length"] <= 3.0  # n-max 2: at most 3 tokens a round
+    first, second = row["position_acceptance"]
+    assert first >= second > 0 and row["accepted"] == round((first + second) * row["drafts"])
+    assert row["identical_rate"] == 1.0  # greedy: the Q4_1 target verifies in batches and still agrees
