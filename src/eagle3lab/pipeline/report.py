@@ -174,6 +174,8 @@ def _benchmark(b: dict) -> str:
         + "\n\n![acceptance](figures/benchmark_acceptance.png)\n"
         + _tuned(b.get("tuned"))
         + "".join(_in_engine(name, b.get(name)) for name in ENGINE_NAMES)
+        + _split(b.get("llamacpp_split"))
+        + _engines(b)
     )
 
 
@@ -230,6 +232,109 @@ def _in_engine(name: str, v: dict | None) -> str:
         )
         + f"\n\n`eagle3lab tune --engine {name}` on the same run (predicted from every other prompt, measured on the "
         "rest):\n\n" + "\n".join(tuned) + "\n"
+    )
+
+
+def engines_table(b: dict, set_name: str = "mtbench") -> list[dict]:
+    """For each draft, each engine at its fastest measured config on `set_name` (the baseline, when no config beats
+    it: do not speculate), against that engine's own baseline and against the fastest baseline of all engines."""
+    runs = {"local": b["final"]["rows"], **{name: b[name]["rows"] for name in ENGINE_NAMES if b.get(name)}}
+    # an engine's run also carries the local peers measured beside it: keep each engine's own rows
+    mine = {
+        engine: [r for r in rows if r["set"] == set_name and r.get("engine", "local") == engine]
+        for engine, rows in runs.items()
+    }
+    baselines = {
+        engine: next(r["tokens_per_s"] for r in rows if r["system"] == "baseline") for engine, rows in mine.items()
+    }
+    fastest = max(baselines.values())
+    drafts = dict.fromkeys(r["system"] for rows in mine.values() for r in rows if r["draft"])
+    out = []
+    for draft in drafts:
+        for engine, rows in mine.items():
+            candidates = [r for r in rows if r["system"] == draft]
+            if not candidates:
+                continue
+            best = max(candidates, key=lambda r: r["tokens_per_s"])
+            pays = best["tokens_per_s"] > baselines[engine]
+            tok_s = best["tokens_per_s"] if pays else baselines[engine]
+            out.append(
+                {
+                    "draft": draft,
+                    "engine": engine,
+                    "config": best["config"] if pays else "do not speculate",
+                    "accept_length": best["accept_length"] if pays else None,
+                    "tokens_per_s": tok_s,
+                    "vs_own_baseline": tok_s / baselines[engine],
+                    "vs_fastest_baseline": tok_s / fastest,
+                }
+            )
+    return out
+
+
+def _engines(b: dict) -> str:
+    """One table of engines: which engine, which flags, how much faster, on this machine."""
+    rows = engines_table(b)
+    if len({r["engine"] for r in rows}) < 2:
+        return ""
+    shown = {"local": "local", **ENGINE_NAMES}
+    return (
+        "\nOne table of engines (MT-bench, same prompts; each engine at its fastest measured config, or its baseline "
+        "where none beats it):\n\n"
+        + _table(
+            ["draft", "engine", "config", "accept length", "tok/s", "vs its own baseline", "vs the fastest baseline"],
+            [
+                [
+                    r["draft"],
+                    shown[r["engine"]],
+                    r["config"],
+                    r["accept_length"],
+                    r["tokens_per_s"],
+                    r["vs_own_baseline"],
+                    r["vs_fastest_baseline"],
+                ]
+                for r in rows
+            ],
+        )
+        + "\n"
+    )
+
+
+def _split(split: dict | None) -> str:
+    """Where a llama.cpp round's time goes (stage 04's round split)."""
+    if not split:
+        return ""
+    rows = [
+        [
+            r["k"],
+            r["verify_s"] * 1e3,
+            r["round_s"] * 1e3,
+            r["rest_s"] * 1e3,
+            r["break_even"],
+            r["tau_for_2x"],
+            r["perfect_accept_length"],
+            r["perfect_speedup"],
+        ]
+        for r in split["rows"]
+    ]
+    return (
+        f"\nWhere a llama.cpp round's time goes (plain step {split['step_s'] * 1e3:.1f} ms/token, {split['prompts']} "
+        "MT-bench prompts; verify from llama-server's own prompt timings; rounds with every drafted token accepted, "
+        "llama.cpp's synthetic acceptance):\n\n"
+        + _table(
+            [
+                "n-max k",
+                "verify ms",
+                "round ms",
+                "draft + hand-over + overhead ms",
+                "break-even accept length",
+                "2x needs",
+                "perfect accept length",
+                "perfect vs baseline",
+            ],
+            rows,
+        )
+        + "\n"
     )
 
 

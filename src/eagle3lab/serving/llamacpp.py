@@ -134,11 +134,13 @@ def draft_gguf(draft: str | os.PathLike, target_spec: str) -> Path:
 class LlamaCpp:
     """llama-server with the settings its launch line carries: one slot (requests one at a time), `threads` CPU
     threads, a `context`-token window, and /metrics on. `target_spec` names the HF target a draft folder is
-    exported against; `spec_type` other than draft-eagle3 is the silent bypass stage 06 measures."""
+    exported against; `spec_type` other than draft-eagle3 is the silent bypass stage 06 measures; `extra_args` go
+    at the end of the line (the round split's synthetic acceptance)."""
 
     name: str = "llamacpp"
     target_spec: str = DEFAULT_TARGET
     spec_type: str = SPEC_TYPE
+    extra_args: tuple[str, ...] = ()
     threads: int = os.cpu_count() or 1
     context: int = 4096
     startup_timeout: float = 120.0
@@ -170,7 +172,7 @@ class LlamaCpp:
             gguf = draft_gguf(draft, self.target_spec)
             cmd += ["-md", str(gguf), "--spec-type", self.spec_type, "--spec-draft-n-max", str(k)]
             cmd += ["--spec-draft-p-min", f"{threshold:g}"]
-        return cmd
+        return cmd + list(self.extra_args)
 
     def serve(self, command: list[str], *, log_path: Path | None = None):
         port = int(command[command.index("--port") + 1])
