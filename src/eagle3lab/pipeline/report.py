@@ -61,7 +61,30 @@ def _diagnosis(d: dict) -> str:
         + _table(["mode", "features the draft receives", "accept length", "tok/s", "vs baseline"], rows)
         + f"\n\nThe doctor exits {doctor['wrong']['exit_code']} on the wrong launch line "
         f"({'; '.join(doctor['wrong']['errors'])}) and {doctor['fixed']['exit_code']} on the fixed one.\n\n"
-        "![diagnosis](figures/diagnosis.png)\n"
+        "![diagnosis](figures/diagnosis.png)\n" + _diagnosis_llamacpp(d.get("llamacpp"), d["config"])
+    )
+
+
+def _diagnosis_llamacpp(rows: list[dict] | None, config: str) -> str:
+    """The same trap in llama.cpp, wrong --spec-type vs right (absent before llama.cpp joined)."""
+    if not rows:
+        return ""
+    labels = {"no speculation": "no speculation", "draft-simple": "`--spec-type draft-simple` (wrong)"}
+    table = [
+        [
+            labels.get(r["spec_type"], f"`--spec-type {r['spec_type']}` (right)"),
+            r["accept_length"],
+            r["tokens_per_s"],
+            r["speedup_vs_baseline"],
+            r["identical_rate"],
+        ]
+        for r in rows
+    ]
+    return (
+        f"\nIn llama.cpp (the Q4_1 GGUF target, the same draft as GGUF, n-max {config.split(',')[1]}; vs llama.cpp's "
+        "own baseline):\n\n"
+        + _table(["llama-server", "accept length", "tok/s", "vs baseline", "identical output"], table)
+        + "\n"
     )
 
 
