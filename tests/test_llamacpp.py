@@ -98,3 +98,16 @@ def test_the_trained_draft_speculates_in_llamacpp_and_greedy_output_equals_its_b
     first, second = row["position_acceptance"]
     assert first >= second > 0 and row["accepted"] == round((first + second) * row["drafts"])
     assert row["identical_rate"] == 1.0  # greedy: the Q4_1 target verifies in batches and still agrees
+
+
+def test_the_round_split_accepts_every_drafted_token_at_perfect_synthetic_acceptance(llamacpp, three_prompts):
+    from eagle3lab.benchmark.round_split import split_rounds
+
+    split = split_rounds(str(ROOT / TRAINED_DRAFT), max_steps=2, prompts=three_prompts[:2], tokens=24)
+    one, two = split["rows"]
+    # llama.cpp's synthetic mode runs the real draft and accepts all it drafts (but an end-of-generation token)
+    assert one["perfect_accept_length"] == pytest.approx(2.0, abs=0.1)
+    assert two["perfect_accept_length"] == pytest.approx(3.0, abs=0.2)
+    assert one["rest_s"] == pytest.approx(one["round_s"] - one["verify_s"])
+    assert two["break_even"] == pytest.approx(two["round_s"] / split["step_s"])
+    assert "--spec-synth-rates 1,1" in two["command"]

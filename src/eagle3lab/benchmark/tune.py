@@ -59,8 +59,8 @@ class TuneSettings:
     device: str = option("auto", f"where models run: {DEVICE_HELP}")
     engine: str = option(
         "local",
-        "local (the project's engine: trees, adaptive drafting) or vllm (chains 1,k,1,k+1, costs and acceptance "
-        "measured on real vLLM servers, k up to --max-steps)",
+        "local (the project's engine: trees, adaptive drafting), vllm or llamacpp (chains 1,k,1,k+1 with k up to "
+        "--max-steps, and for llamacpp p-min 0, 0.5, 0.8: costs and acceptance measured on real servers)",
         choices=ENGINES,
     )
     eager: bool = option(False, "vllm: --enforce-eager instead of vLLM's default inductor compile")
