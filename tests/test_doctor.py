@@ -214,7 +214,7 @@ def test_parse_launch_forms():
     assert eq.corrected(algorithm="EAGLE3", context_length=4096) == (
         "sglang serve --model-path /t --speculative-algorithm=EAGLE3 --context-length 4096"
     )
-    assert parse_launch("llama-server -m x --tp 2").notes[0].startswith("not an SGLang launch")
+    assert parse_launch("trtllm-serve x --tp 2").notes[0].startswith("not an SGLang launch")
     assert "not valid shell syntax" in parse_launch("python -m sglang.launch_server --model-path 'x").notes[0]
     assert any("not an integer" in n for n in parse_launch("sglang serve --model-path t --tp eight").notes)
 

@@ -64,6 +64,8 @@ def test_a_folder_that_is_not_a_draft_is_refused_before_export(llamacpp, llamacp
         llamacpp.launch_command(llamacpp_target, port=8123, draft=tmp_path, k=2)
     with pytest.raises(InputError, match="no such GGUF file"):
         llamacpp.launch_command(llamacpp_target, port=8123, draft=tmp_path / "missing.gguf", k=2)
+    with pytest.raises(InputError, match="not an EAGLE-3 draft"):  # a GGUF that does not fit: refused, not served
+        llamacpp.launch_command(llamacpp_target, port=8123, draft=llamacpp_target, k=2)
 
 
 def test_a_failed_export_leaves_nothing_a_later_run_would_trust(llamacpp, tmp_path):

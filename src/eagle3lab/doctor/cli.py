@@ -1,12 +1,15 @@
-"""`eagle3lab doctor`: catch a silently bypassed EAGLE-3 draft before launch (an SGLang or vLLM launch line, draft,
-target) and after (a running server's accept length: SGLang's /server_info and meta_info, vLLM's /metrics counters).
+"""`eagle3lab doctor`: catch a silently bypassed EAGLE-3 draft before launch (an SGLang, vLLM or llama-server launch
+line, draft, target) and after (a running server's accept length: SGLang's /server_info and meta_info, vLLM's /metrics
+counters, llama-server's /slots and its responses' timings).
 
 SGLang serves an EAGLE-3 draft under `--speculative-algorithm EAGLE` without any error: the target hands over its
 final hidden state (width H) instead of three concatenated aux states (3H), the draft skips `fc` because the width
 already equals its own, and every draft token is rejected (accept length 1.0). Each check turns one such silent
 mismatch into a finding with evidence and a concrete corrected flag. vLLM has its own silent cases (a draft without
 d2t, top-level aux layer ids other than the trained ones, no "method" in --speculative-config, an architecture name
-that builds another family's class); the same checks catch them, and fixes come in vLLM's syntax.
+that builds another family's class); the same checks catch them, and fixes come in vLLM's syntax. llama.cpp's own
+(--spec-type draft-simple or none, a GGUF reading other target layers than the trained ones, p-min / n-min settings
+under which no round drafts) are checked on the draft and target GGUFs and the llama-server line (doctor.llamacpp).
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from eagle3lab.options import add_options, from_options
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eagle3lab doctor",
-        description="Check an SGLang or vLLM launch line, an EAGLE-3 draft, its target and a running SGLang or vLLM "
-        "server for a silently unused draft. Exit 0: no errors; 1: errors; 2: bad usage.",
+        description="Check an SGLang, vLLM or llama-server launch line, an EAGLE-3 draft (folder or GGUF), its target "
+        "and a running SGLang, vLLM or llama.cpp server for a silently unused draft. Exit 0: no errors; 1: errors; "
+        "2: bad usage.",
     )
     add_options(parser, DoctorSettings)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

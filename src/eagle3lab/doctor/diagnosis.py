@@ -1,13 +1,15 @@
 """`diagnose`: run every check the inputs allow (launch line, draft, target, running server, in any combination);
 unreadable inputs become findings, never tracebacks.
 
-The launch line may be SGLang's or vLLM's (`parse_launch` tells them apart); the server may be either (SGLang's
-/server_info, vLLM's /metrics).
+The launch line may be SGLang's, vLLM's or llama.cpp's llama-server (`parse_launch` tells them apart); the server may
+be any of them (SGLang's /server_info, vLLM's /metrics, llama-server's /props). With llama.cpp the draft and target are
+GGUF files (the line's -md / -m, or --draft / --target ending in .gguf), checked by doctor.llamacpp.
 
 Library use (a notebook):
     report = diagnose(launch="python -m sglang.launch_server ...", draft="artifacts/draft",
                       target="smollm2-135m-instruct")
     report = diagnose(launch="vllm serve MODEL --speculative-config '{...}'", server="http://127.0.0.1:8000")
+    report = diagnose(launch="llama-server -m T.gguf -md D.gguf --spec-type draft-eagle3 --metrics ...")
     report.exit_code, report.findings, report.render(), report.to_json()
 """
 
@@ -17,6 +19,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle3lab.doctor import llamacpp
 from eagle3lab.doctor.algorithm import check_algorithm, check_architecture, check_aux_layers
 from eagle3lab.doctor.artifacts import DoctorInputError, DraftInfo, TargetInfo, read_draft, read_target_config
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding, Report
@@ -34,12 +37,14 @@ class DoctorSettings:
 
     launch: str | None = option(
         None,
-        'the server command, quoted: "python -m sglang.launch_server --model-path ..." or '
-        "\"vllm serve MODEL --speculative-config '{...}'\"",
+        'the server command, quoted: "python -m sglang.launch_server --model-path ...", '
+        '"vllm serve MODEL --speculative-config \'{...}\'" or "llama-server -m T.gguf -md D.gguf ..."',
     )
-    draft: str | None = option(None, "draft checkpoint folder (config.json + weights)")
-    target: str | None = option(None, "target: a folder with config.json, the embedded id, or a cached hub id")
-    server: str | None = option(None, "URL of a running SGLang or vLLM server, e.g. http://127.0.0.1:30000")
+    draft: str | None = option(None, "draft checkpoint folder (config.json + weights), or a draft .gguf")
+    target: str | None = option(
+        None, "target: a folder with config.json, the embedded id, a cached hub id, or a target .gguf"
+    )
+    server: str | None = option(None, "URL of a running SGLang, vLLM or llama.cpp server, e.g. http://127.0.0.1:30000")
     probes: int = option(3, "probe requests sent to --server (0: none)")
     probe_tokens: int = option(64, "max new tokens per probe")
     timeout: float = option(30.0, "HTTP timeout in seconds")
@@ -115,6 +120,10 @@ def diagnose(
         raise ValueError("diagnose needs at least one of launch, draft, target, server")
     findings: list[Finding] = []
     parsed = parse_launch(launch) if launch else None
+    gguf = llamacpp.gguf_pair(parsed, draft, target)
+    if gguf is not None:  # GGUF files are llama.cpp's own checks, not a checkpoint folder or a target config
+        draft = None if llamacpp.is_gguf(draft) else draft
+        target = None if llamacpp.is_gguf(target) else target
     if parsed is not None:
         findings += _launch_findings(parsed, draft)
     # target and draft: the arguments, else the launch line's paths when they are local folders
@@ -123,7 +132,7 @@ def diagnose(
     if target_spec:
         target_info, more = _read_target_finding(target_spec)
         findings += more
-    elif parsed is not None or draft is not None:
+    elif (parsed is not None or draft is not None) and gguf is None:
         findings.append(
             Finding(
                 "target",
@@ -133,6 +142,8 @@ def diagnose(
                 fix="--target PATH|ID",
             )
         )
+    if target_info is None and gguf is not None and gguf.target:
+        target_info = llamacpp.target_info(gguf.target)  # the target GGUF's layers, width, vocab and context
     draft_spec = draft or (parsed.draft_path if parsed and _local_dir(parsed.draft_path) else None)
     draft_info = None
     if draft_spec:
@@ -141,7 +152,7 @@ def diagnose(
 
     server_launch = None
     if server:
-        expect = bool(draft_info) or bool(parsed and parsed.speculative)
+        expect = bool(draft_info) or bool(parsed and parsed.speculative) or bool(gguf and gguf.draft)
         more, server_launch = check_server(
             server,
             parsed,
@@ -165,11 +176,11 @@ def diagnose(
                 findings += more
 
     # static checks run on the launch line, or on what the server reports it was launched with
-    findings += static_checks(parsed or server_launch, draft_info, target_info)
+    findings += static_checks(parsed or server_launch, draft_info, target_info, gguf)
     inputs = {
         "launch": shlex.join(parsed.argv) if parsed and parsed.argv else launch,  # copy-pasteable
-        "draft": str(draft_spec) if draft_spec else None,
-        "target": target_spec,
+        "draft": str(draft_spec) if draft_spec else gguf and gguf.draft,
+        "target": target_spec or (gguf and gguf.target),
         "server": server,
     }
     return Report(findings=findings, inputs=inputs)
@@ -188,8 +199,13 @@ def _launch_findings(parsed: Launch, draft: str | Path | None) -> list[Finding]:
     return [launch, *check_launch_vs_draft_path(parsed, str(draft) if draft else None)]
 
 
-def static_checks(launch: Launch | None, draft: DraftInfo | None, target: TargetInfo | None) -> list[Finding]:
-    """Every check that needs no server, on whatever of launch / draft / target is known."""
+def static_checks(
+    launch: Launch | None, draft: DraftInfo | None, target: TargetInfo | None, gguf: llamacpp.GGUFPair | None = None
+) -> list[Finding]:
+    """Every check that needs no server, on whatever of launch / draft / target is known. With llama.cpp the GGUF pair
+    is what is served (layers, widths, vocab, d2t); a draft folder then only says what the draft was trained on."""
+    if gguf is not None:
+        return llamacpp.static_checks(launch, gguf, draft) + check_context_length(draft, target, launch)
     findings = []
     if launch is not None and (launch.speculative or draft is not None):
         findings += check_algorithm(launch, draft, target)

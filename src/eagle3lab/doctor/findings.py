@@ -12,7 +12,8 @@ _RANK = {ERROR: 0, WARNING: 1, OK: 2}
 
 @dataclass
 class Finding:
-    # stable id: launch, algorithm, aux_layers, draft_vocab, context_length, spec_params, draft, target, server, ...
+    # stable id: launch, algorithm, aux_layers, draft_vocab, context_length, spec_params, draft, target, server,
+    # gguf (llama.cpp's draft vs target GGUF), metrics, ...
     check: str
     severity: str  # error | warning | ok
     title: str

@@ -1,9 +1,9 @@
 """The speculative part of a launch, read from a command line (as the engine's argparse would) or from a running SGLang
 server's /server_info, and rewritten with corrected flags for a finding's fix.
 
-One reader per engine fills the same `Launch` (SGLang here, vLLM in `doctor.vllm`); `parse_launch` picks the reader from
-the line. The launch's `syntax` writes fixes back in that engine's own flags, so the checks never branch on the engine
-for wording."""
+One reader per engine fills the same `Launch` (SGLang here, vLLM in `doctor.vllm`, llama.cpp's llama-server in
+`doctor.llamacpp`); `parse_launch` picks the reader from the line. The launch's `syntax` writes fixes back in that
+engine's own flags, so the checks never branch on the engine for wording."""
 
 from __future__ import annotations
 
@@ -118,8 +118,9 @@ SGLANG = SGLangSyntax()
 
 @dataclass
 class Launch:
-    """The speculative part of a launch, from a command line or from a server's /server_info. vLLM's method is mapped
-    onto the algorithm (eagle3 -> EAGLE3), its num_speculative_tokens k onto steps k, topk 1, num-draft-tokens k+1."""
+    """The speculative part of a launch, from a command line or from a server's /server_info. vLLM's method and
+    llama.cpp's --spec-type are mapped onto the algorithm (eagle3 / draft-eagle3 -> EAGLE3), their draft length k
+    (num_speculative_tokens, --spec-draft-n-max) onto steps k, topk 1, num-draft-tokens k+1."""
 
     source: str
     argv: list[str] | None = None
@@ -131,9 +132,9 @@ class Launch:
     num_draft_tokens: int | None = None
     context_length: int | None = None
     tp_size: int | None = None
-    spec_config: dict | None = None  # vLLM's --speculative-config, as the engine will read it
+    spec_config: dict | None = None  # vLLM's --speculative-config or llama.cpp's --spec-* settings, as read by it
     notes: list[str] = field(default_factory=list)  # parse problems, as evidence lines
-    syntax: Any = field(default=SGLANG, repr=False)  # the engine's spelling: SGLangSyntax or doctor.vllm.VLLMSyntax
+    syntax: Any = field(default=SGLANG, repr=False)  # the engine's spelling: SGLang's, doctor.vllm's, doctor.llamacpp's
     _spans: dict[str, Any] = field(default_factory=dict, repr=False)  # field -> where its value sits (the syntax's)
 
     @property
@@ -190,9 +191,10 @@ def _resolve_flag(opt: str) -> tuple[str | None, str | None]:
 
 def parse_launch(command: str | list[str]) -> Launch:
     """Parse a server command (shell quoting and line continuations): vLLM's (`vllm serve`, `-m
-    vllm.entrypoints.openai.api_server`) through doctor.vllm, anything else as SGLang's `python -m
-    sglang.launch_server ...` / `sglang serve ...` (`--flag=value`, aliases, unique prefixes)."""
-    from eagle3lab.doctor import vllm  # it builds on this module's Launch
+    vllm.entrypoints.openai.api_server`) through doctor.vllm, llama.cpp's `llama-server` through doctor.llamacpp,
+    anything else as SGLang's `python -m sglang.launch_server ...` / `sglang serve ...` (`--flag=value`, aliases,
+    unique prefixes)."""
+    from eagle3lab.doctor import llamacpp, vllm  # they build on this module's Launch
 
     launch = Launch(source="launch line")
     if isinstance(command, str):
@@ -206,6 +208,8 @@ def parse_launch(command: str | list[str]) -> Launch:
     launch.argv = [a for a in argv if a.strip()]
     if vllm.entry_index(launch.argv) is not None:
         return vllm.read_launch(launch)
+    if llamacpp.entry_index(launch.argv) is not None:
+        return llamacpp.read_launch(launch)
     _read_flags(launch, _flags_start(launch))
     return launch
 

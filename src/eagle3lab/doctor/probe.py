@@ -1,8 +1,8 @@
 """The running server. SGLang: its /server_info (launch args, avg_spec_accept_length) and a few greedy probe requests,
 whose meta_info.spec_verify_ct gives the accept length. vLLM: its Prometheus /metrics spec_decode counters, read before
-and after the probes (accept length = 1 + accepted / drafts over the difference). No spec_verify_ct, or no spec_decode
-counters, means speculation is off, which is a different finding from accept length 1.0 (a draft loaded but never
-accepted)."""
+and after the probes (accept length = 1 + accepted / drafts over the difference). llama.cpp: doctor.llamacpp (its
+/props, /slots and the probes' timings). No spec_verify_ct, or no spec_decode counters, means speculation is off,
+which is a different finding from accept length 1.0 (a draft loaded but never accepted)."""
 
 from __future__ import annotations
 
@@ -107,6 +107,12 @@ def check_server(
                 )
             ], None
         if info is None:
+            from eagle3lab.doctor import llamacpp  # it builds on this module's judge
+
+            props = llamacpp.server_props(client)
+            if props is not None:
+                findings = llamacpp.check_server(client, props, launch, expect_speculation, probes, probe_tokens, low)
+                return findings, None
             is_vllm, before = _vllm_counters(client)
             if is_vllm:
                 return _vllm_server(client, launch, before, expect_speculation, probes, probe_tokens, low), None
@@ -178,14 +184,14 @@ def _vllm_counters(client: ServerClient) -> tuple[bool, SpecCounters | None]:
     return "vllm:" in text, parse_counters(text)
 
 
-def _counters_text(c: SpecCounters) -> str:
+def counters_text(c: SpecCounters) -> str:
     per = ", ".join(str(p) for p in c.per_position)
     return f"{c.drafts} drafts, {c.accepted} of {c.draft_tokens} draft tokens accepted (per position {per})"
 
 
 def _vllm_server(client: ServerClient, launch, before, expect_speculation, probes, probe_tokens, low) -> list[Finding]:
     """vLLM: speculation on or off from /metrics, the accept length so far, and over the probes' own requests."""
-    ev = ["GET /metrics: " + (f"spec_decode so far: {_counters_text(before)}" if before else "no vllm:spec_decode_*")]
+    ev = ["GET /metrics: " + (f"spec_decode so far: {counters_text(before)}" if before else "no vllm:spec_decode_*")]
     findings = [Finding("server", OK, f"{client.url} is a vLLM server (Prometheus /metrics)", ev)]
     if before is None:
         return findings + [
@@ -207,13 +213,13 @@ def _vllm_server(client: ServerClient, launch, before, expect_speculation, probe
         return findings
     done, endpoint, errors = _send_probes(client, None, probes, probe_tokens, api="chat")
     if not done:
-        return findings + [_probes_failed(client, errors)]
+        return findings + [probes_failed(client, errors)]
     after = _vllm_counters(client)[1]
     delta = (after or before) - before  # counters gone (a dead engine): nothing drafted
     ev = [
         f"{len(done)} probe(s) via POST {endpoint}, temperature 0, max {probe_tokens} new tokens",
         *errors[:2],
-        f"/metrics over the probes: {_counters_text(delta)}",
+        f"/metrics over the probes: {counters_text(delta)}",
     ]
     if delta.accept_length is None:
         return findings + [Finding("probe", WARNING, "the probes drafted nothing: acceptance not judged", ev)]
@@ -249,7 +255,7 @@ def _chat_model(client: ServerClient, info: dict | None) -> str:
         return "default"  # servers with a single model accept any name
 
 
-def _probes_failed(client: ServerClient, errors: list[str]) -> Finding:
+def probes_failed(client: ServerClient, errors: list[str]) -> Finding:
     return Finding(
         "probe",
         ERROR,
@@ -262,7 +268,7 @@ def _probes_failed(client: ServerClient, errors: list[str]) -> Finding:
 def _probe(client: ServerClient, info, launch, expect_speculation, probes, probe_tokens, low) -> list[Finding]:
     done, endpoint, errors = _send_probes(client, info, probes, probe_tokens)
     if not done:
-        return [_probes_failed(client, errors)]
+        return [probes_failed(client, errors)]
     with_ct = [c for c in done if c.verify_ct is not None]
     ev = [f"{len(done)} probe(s) via POST {endpoint}, temperature 0, max {probe_tokens} new tokens"] + errors[:2]
     if not with_ct:

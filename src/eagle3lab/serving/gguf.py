@@ -8,6 +8,7 @@ whether a draft GGUF fits a target GGUF. The export checks its output with them;
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -26,8 +27,8 @@ def _value(field):
 
 
 def gguf_facts(path: str | os.PathLike) -> dict:
-    """What a GGUF says about itself: architecture, layers, widths, vocab, and for an EAGLE-3 draft its capture
-    layers, target width and d2t map (None where the file has none)."""
+    """What a GGUF says about itself: architecture, layers, widths, trained context, vocab, and for an EAGLE-3 draft
+    its capture layers, target width and d2t map (None where the file has none)."""
     from gguf import GGUFReader
 
     path = Path(path)
@@ -48,6 +49,7 @@ def gguf_facts(path: str | os.PathLike) -> dict:
         "architecture": arch,
         "block_count": fields.get(f"{arch}.block_count"),
         "embedding_length": fields.get(f"{arch}.embedding_length"),
+        "context_length": fields.get(f"{arch}.context_length"),
         "vocab_size": fields.get(f"{arch}.vocab_size") or (len(tokens.data) if tokens else None),
         "tokenizer_pre": fields.get("tokenizer.ggml.pre"),
         "target_layers": fields.get(f"{arch}.target_layers"),
@@ -59,8 +61,36 @@ def gguf_facts(path: str | os.PathLike) -> dict:
     }
 
 
-def draft_mismatches(draft: dict, target: dict) -> list[str]:
-    """Why a draft GGUF (gguf_facts) cannot serve a target GGUF; empty when it fits. Each line names the field."""
+def default_target_layers(n_layers: int) -> list[int]:
+    """The target layers an EAGLE-3 draft reads unless its config names others: the inputs of layers 2, N//2 and
+    N-3 (SGLang's capture and the converter's default alike)."""
+    return [2, n_layers // 2, n_layers - 3]
+
+
+def trained_target_layers(config: dict, n_layers: int) -> list[int] | None:
+    """The target layers (inputs, as eagle3.target_layers counts them) an SGLang-format draft folder was trained on:
+    eagle_config's eagle_aux_hidden_state_layer_ids, each the output of layer i (the input of i + 1), else the
+    defaults. The converter reads only the top-level ids, so the GGUF can name other layers. None: ids the target
+    does not have."""
+    from eagle3lab.models.target import TargetError, aux_hidden_indices
+
+    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    try:
+        return aux_hidden_indices(n_layers, ids)
+    except TargetError:
+        return None
+
+
+def _defaults_of_another_depth(layers: list[int], n_layers: int) -> int | None:
+    """The depth whose default layers these are, when it is not the target's (a GGUF converted for another target)."""
+    depth = layers[-1] + 3
+    return depth if len(layers) == 3 and depth != n_layers and layers == default_target_layers(depth) else None
+
+
+def draft_mismatches(draft: dict, target: dict, trained_layers: list[int] | None = None) -> list[str]:
+    """Why a draft GGUF (gguf_facts) cannot serve a target GGUF; empty when it fits. Each line names the field.
+    `trained_layers`: the target layers the draft was trained on (trained_target_layers), when its folder is known;
+    llama.cpp serves a GGUF naming other layers without a complaint, at accept length ~1."""
     where = f"draft {draft['path']}"
     if draft["architecture"] != DRAFT_ARCH:
         return [
@@ -72,6 +102,19 @@ def draft_mismatches(draft: dict, target: dict) -> list[str]:
         problems.append(f"{where}: no eagle3.target_layers (the target layers whose states it reads)")
     elif n_layers is not None and any(not 0 <= i < n_layers for i in layers):
         problems.append(f"{where}: eagle3.target_layers {layers} outside the target's {n_layers} layers")
+    elif trained_layers is not None and layers != trained_layers:
+        problems.append(
+            f"{where}: eagle3.target_layers {layers}, but the draft was trained on the inputs of target layers "
+            f"{trained_layers} "
+            "(a top-level eagle_aux_hidden_state_layer_ids in its config.json, which the converter reads and the "
+            "trainer does not, or eagle_config ids the converter ignores)"
+        )
+    elif trained_layers is None and n_layers and (depth := _defaults_of_another_depth(layers, n_layers)):
+        problems.append(
+            f"{where}: eagle3.target_layers {layers} are the converter's defaults for a {depth}-layer target; this "
+            f"target has {n_layers} layers ({default_target_layers(n_layers)}): converted with another target's "
+            "--target-model-dir"
+        )
     if draft["target_hidden_size"] != target["embedding_length"]:
         problems.append(
             f"{where}: eagle3.target_hidden_size {draft['target_hidden_size']} != the target's embedding_length "
@@ -128,7 +171,9 @@ def export_gguf(draft: str | os.PathLike, target_spec: str, out: str | os.PathLi
         partial.unlink(missing_ok=True)
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-10:])
         raise InputError(f"draft {draft}: convert_hf_to_gguf.py failed (exit {done.returncode}):\n{tail}")
-    problems = draft_mismatches(gguf_facts(partial), gguf_facts(embedded_gguf(target_spec)))
+    target = gguf_facts(embedded_gguf(target_spec))
+    config = json.loads((Path(draft) / "config.json").read_text())
+    problems = draft_mismatches(gguf_facts(partial), target, trained_target_layers(config, target["block_count"]))
     if problems:
         partial.unlink()
         raise InputError("\n".join(problems))

@@ -112,13 +112,15 @@ SPEC_TYPE = "draft-eagle3"  # llama.cpp's speculative type for EAGLE-3 drafts; o
 
 
 def draft_gguf(draft: str | os.PathLike, target_spec: str) -> Path:
-    """The draft as llama.cpp loads it: a .gguf as given, a draft folder exported once (cached by content)."""
-    from eagle3lab.serving.gguf import export_gguf
+    """The draft as llama.cpp loads it: a .gguf as given (checked against the target's GGUF: llama.cpp serves a
+    misfit silently), a draft folder exported once (cached by content; the export checks it)."""
+    from eagle3lab.serving.gguf import draft_mismatches, export_gguf, gguf_facts
 
     draft = Path(draft)
     if draft.suffix == ".gguf":
-        if not draft.is_file():
-            raise InputError(f"draft {draft}: no such GGUF file")
+        problems = draft_mismatches(gguf_facts(draft), gguf_facts(embedded_gguf(target_spec)))
+        if problems:
+            raise InputError("\n".join(problems))
         return draft.resolve()
     digest = hashlib.sha256(target_spec.encode())
     for path in sorted(draft.glob("*.json")) + sorted(draft.glob("*.safetensors")):
