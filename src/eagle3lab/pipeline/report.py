@@ -253,8 +253,9 @@ def _in_engine(name: str, v: dict | None) -> str:
             ],
             rows,
         )
-        + f"\n\n`eagle3lab tune --engine {name}` on the same run (predicted from every other prompt, measured on the "
-        "rest):\n\n" + "\n".join(tuned) + "\n"
+        + f"\n\n`eagle3lab tune --engine {name}` on the same run, predicted vs measured:\n\n"
+        + "\n".join(tuned)
+        + "\n"
     )
 
 
