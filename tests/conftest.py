@@ -1,3 +1,6 @@
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 
@@ -104,25 +107,123 @@ def smollm2_dir():
     return resolve("smollm2-135m-instruct")
 
 
+def wanted_by(request, names) -> set[str]:
+    """The fixtures of `names` that some test of this run (after -k and deselection) asks for."""
+    return {name for item in request.session.items for name in item.fixturenames if name in names}
+
+
+def start_together(launches: list) -> list:
+    """Start every (engine, command, log_path) at once and wait for each to answer /health; returns (context,
+    Server) pairs, each context exited to stop its server. A vLLM start is mostly single-threaded Python imports
+    (API server, engine core, worker, one after the other), so starts side by side overlap on 2 cores (measured:
+    three vLLM starts 82 s together, about 120 s one after another). If any start fails, the others are stopped and
+    the first error raised."""
+
+    def enter(launch):
+        engine, command, log_path = launch
+        context = engine.serve(command, log_path=log_path)
+        return context, context.__enter__()
+
+    with ThreadPoolExecutor(max_workers=len(launches)) as pool:
+        futures = [pool.submit(enter, launch) for launch in launches]
+    started = [f.result() for f in futures if f.exception() is None]
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        for context, _ in started:
+            context.__exit__(None, None, None)
+        raise errors[0]
+    return started
+
+
+class ServerPool:
+    """Named real servers, started on first use: the first one asked for starts together with every other one a
+    test of this run will ask for (`wanted`), each stopped at close()."""
+
+    def __init__(self, launches: dict, wanted: set[str]):
+        self.launches, self.wanted, self.running = launches, wanted, {}
+
+    def get(self, name: str):
+        if name not in self.running:
+            names = [n for n in self.launches if n == name or (n in self.wanted and n not in self.running)]
+            self.running.update(zip(names, start_together([self.launches[n] for n in names])))
+        return self.running[name][1]
+
+    def restart(self, name: str):
+        """Stop (or reap, after a kill) one server and start it again with the same command, on the same port."""
+        context, _ = self.running.pop(name)
+        context.__exit__(None, None, None)
+        engine, command, log_path = self.launches[name]
+        log_path = log_path.with_name(f"{log_path.stem}-restarted{log_path.suffix}")  # the first log stays
+        self.running[name] = start_together([(engine, command, log_path)])[0]
+        return self.running[name][1]
+
+    def stop(self, name: str) -> None:
+        """Stop one server for good: no later get() starts it with the others."""
+        self.wanted.discard(name)
+        if name in self.running:
+            self.running.pop(name)[0].__exit__(None, None, None)
+
+    def close(self) -> None:
+        while self.running:
+            self.running.popitem()[1][0].__exit__(None, None, None)
+
+
+@dataclasses.dataclass
+class PooledServer:
+    """One server of a pool as the tests hold it: its URL and process are the current ones, after a restart too."""
+
+    pool: ServerPool
+    name: str
+
+    @property
+    def url(self) -> str:
+        return self.pool.get(self.name).url
+
+    @property
+    def process(self):
+        return self.pool.get(self.name).process
+
+    def restart(self) -> None:
+        self.pool.restart(self.name)
+
+
+SESSION_VLLM = ("vllm_eagle3", "vllm_baseline")
+
+
 @pytest.fixture(scope="session")
-def vllm_eagle3(vllm, smollm2_dir, tmp_path_factory):
-    """One real vLLM server for the session: SmolLM2 with the committed trained draft at k=2, on loopback."""
+def vllm_servers(request, vllm, smollm2_dir, tmp_path_factory):
+    """The session's real vLLM servers on loopback, started together on first use: SmolLM2 with the committed
+    trained draft at k=2 (vllm_eagle3), and the same target alone, the engine's own baseline (vllm_baseline)."""
     from eagle3lab.paths import ROOT
     from eagle3lab.serving.processes import free_port
 
-    cmd = vllm.launch_command(smollm2_dir, port=free_port(), draft=ROOT / TRAINED_DRAFT, k=2)
-    with vllm.serve(cmd, log_path=tmp_path_factory.mktemp("vllm") / "eagle3.log") as server:
-        yield server
+    logs = tmp_path_factory.mktemp("vllm")
+    launches = {
+        "vllm_eagle3": (
+            vllm,
+            vllm.launch_command(smollm2_dir, port=free_port(), draft=ROOT / TRAINED_DRAFT, k=2),
+            logs / "eagle3.log",
+        ),
+        "vllm_baseline": (vllm, vllm.launch_command(smollm2_dir, port=free_port()), logs / "baseline.log"),
+    }
+    pool = ServerPool(launches, wanted_by(request, SESSION_VLLM))
+    yield pool
+    pool.close()
 
 
 @pytest.fixture(scope="session")
-def vllm_baseline(vllm, smollm2_dir, tmp_path_factory):
-    """The same target alone in vLLM (no draft): the engine's own baseline."""
-    from eagle3lab.serving.processes import free_port
+def vllm_eagle3(vllm_servers):
+    """One real vLLM server for the session: SmolLM2 with the committed trained draft at k=2, on loopback."""
+    vllm_servers.get("vllm_eagle3")
+    return PooledServer(vllm_servers, "vllm_eagle3")
 
-    cmd = vllm.launch_command(smollm2_dir, port=free_port())
-    with vllm.serve(cmd, log_path=tmp_path_factory.mktemp("vllm") / "baseline.log") as server:
-        yield server
+
+@pytest.fixture(scope="session")
+def vllm_baseline(vllm_servers):
+    """The same target alone in vLLM (no draft): the engine's own baseline. test_regen_vllm kills it with SIGKILL
+    and restarts it on the same port; the tests after it get the restarted server."""
+    vllm_servers.get("vllm_baseline")
+    return PooledServer(vllm_servers, "vllm_baseline")
 
 
 # ---- real llama.cpp servers (make test builds llama-server first: `make llamacpp`) --------------------------------

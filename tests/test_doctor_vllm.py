@@ -8,12 +8,11 @@ no d2t -> 1.00; top-level eagle_aux_hidden_state_layer_ids [0, 1, 2] -> 1.02 ([5
 /health answers, the first request kills the engine; architectures Qwen3ForCausalLM -> 1.37, built as
 Eagle3Qwen3ForCausalLM (static check only: too close to 1.44 to assert at runtime); eagle_config ids [1, 14, 26]
 (the trained layers in the trainers' convention, one layer early in vLLM's) -> 1.45 (a warning only).
-Each bad server is started inside its test, so one runs beside the session's good one at a time.
+The three bad servers (no d2t, top-level aux ids, no "method") start together, once, and each stops after its test.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import shlex
@@ -24,7 +23,7 @@ import httpx
 import pytest
 from safetensors.torch import load_file, save_file
 
-from conftest import TRAINED_DRAFT
+from conftest import TRAINED_DRAFT, ServerPool, wanted_by
 from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR, OK, WARNING
 from eagle3lab.doctor.launch import fix_flags, parse_launch
@@ -75,14 +74,67 @@ def vllm_line(vllm, target, draft, *, port=8000, spec_edit=None) -> list[str]:
     return cmd
 
 
-@contextlib.contextmanager
-def serving(vllm, target, draft, log_dir: Path, spec_edit=None):
-    """A real vLLM server for one case (1 GiB of KV cache: short probes, and less memory beside the good server);
-    yields (its URL, the launch line as a string)."""
+NO_METHOD = lambda s: s.pop("method")  # noqa: E731
+
+
+@dataclasses.dataclass
+class Bad:
+    """One silent case: a broken copy of the committed draft, its launch line, and the real vLLM server of it."""
+
+    draft: Path
+    spec_edit: object = None
+    line: str = ""
+    url: str = ""
+
+
+@pytest.fixture(scope="module")
+def bad_servers(request, vllm, smollm2_dir, tmp_path_factory):
+    """Real vLLM servers of the silent cases this run's tests ask for, started together on first use, each stopped
+    after its test (1 GiB of KV cache each: short probes); (pool, name -> Bad). These tests come before the ones on
+    the session's servers, so at most three vLLM servers run at once."""
+    root = tmp_path_factory.mktemp("bad")
+    cases = {
+        "nod2t": Bad(broken_draft(root / "nod2t", drop=("d2t", "t2d"))),
+        "aux": Bad(broken_draft(root / "aux", config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]})),
+        # the folder keeps the committed draft's name: vLLM guesses the method from it
+        "no_method": Bad(broken_draft(root / "no_method" / "smollm2-original-6960"), NO_METHOD),
+    }
     engine = dataclasses.replace(vllm, kv_cache_gib=1)
-    cmd = vllm_line(engine, target, draft, port=free_port(), spec_edit=spec_edit)
-    with engine.serve(cmd, log_path=log_dir / "server.log") as server:
-        yield server.url, shlex.join(cmd)
+    launches = {}
+    for name, case in cases.items():
+        cmd = vllm_line(engine, smollm2_dir, case.draft, port=free_port(), spec_edit=case.spec_edit)
+        case.line = shlex.join(cmd)
+        launches[name] = (engine, cmd, root / f"{name}.log")
+    pool = ServerPool(launches, {n.removesuffix("_server") for n in wanted_by(request, SERVED_CASES)})
+    yield pool, cases
+    pool.close()
+
+
+SERVED_CASES = ("nod2t_server", "aux_server", "no_method_server")
+
+
+def _bad(bad_servers, name: str) -> Bad:
+    pool, cases = bad_servers
+    cases[name].url = pool.get(name).url
+    return cases[name]
+
+
+@pytest.fixture
+def nod2t_server(bad_servers):
+    yield _bad(bad_servers, "nod2t")
+    bad_servers[0].stop("nod2t")
+
+
+@pytest.fixture
+def aux_server(bad_servers):
+    yield _bad(bad_servers, "aux")
+    bad_servers[0].stop("aux")
+
+
+@pytest.fixture
+def no_method_server(bad_servers):
+    yield _bad(bad_servers, "no_method")
+    bad_servers[0].stop("no_method")
 
 
 def served(vllm, url):
@@ -205,6 +257,49 @@ def test_eagle_config_ids_read_one_layer_early_by_vllm(vllm, smollm2_dir, tmp_pa
 # ---- real vLLM servers ----------------------------------------------------------------------------------------------
 
 
+def test_draft_without_d2t_accepts_nothing(vllm, smollm2_dir, nod2t_server):
+    """draft_vocab_size 4096 < 49152 and no d2t: vLLM keeps its zero-initialised map, every draft id is read as target
+    id 0..4095, and no draft token is accepted."""
+    bad = nod2t_server
+    static = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, bad.draft)))
+    assert "no d2t tensor" in checks(static, "draft_vocab", ERROR)[0].title
+    answer, counters = served(vllm, bad.url)
+    assert answer.text and counters.drafts > 10 and counters.accept_length <= 1.05  # it serves, speculating
+    report = diagnose(launch=bad.line, server=bad.url, **PROBES)
+    assert report.exit_code == 1
+    [probe] = [f for f in checks(report, "accept_length", ERROR) if f.title.startswith("probe accept length")]
+    assert "contributes nothing" in probe.title
+
+
+def test_top_level_aux_ids_capture_other_layers(vllm, smollm2_dir, aux_server):
+    """The top-level eagle_aux_hidden_state_layer_ids is vLLM's own key, read before eagle_config's and ignored by
+    SGLang: [0, 1, 2] hands the draft layers it was never trained on (it was trained on hidden_states[2, 15, 27])."""
+    bad = aux_server
+    static = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, bad.draft)))
+    [err] = checks(static, "aux_layers", ERROR)
+    assert "other target layers" in err.title and "hidden_states[0], hidden_states[1], hidden_states[2]" in text([err])
+    assert '"eagle_aux_hidden_state_layer_ids": [2, 15, 27] at the top level' in err.fix
+    answer, counters = served(vllm, bad.url)
+    assert answer.text and counters.drafts > 10 and counters.accept_length <= 1.1
+    report = diagnose(launch=bad.line, server=bad.url, **PROBES)
+    assert checks(report, "accept_length", ERROR) and report.exit_code == 1
+
+
+def test_no_method_starts_then_dies_on_the_first_request(vllm, smollm2_dir, no_method_server):
+    """Without "method" vLLM guesses from the path ("smollm2-original-6960": neither 'eagle-' nor 'eagle3') and runs
+    the EAGLE-3 checkpoint as a standalone draft model: /health answers, the first request kills the engine."""
+    bad = no_method_server
+    static = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, bad.draft, spec_edit=NO_METHOD)))
+    [err] = checks(static, "algorithm", ERROR)
+    assert "DRAFT_MODEL" in err.title and "first request kills the engine" in text([err])
+    assert parse_launch(err.fix.splitlines()[1]).algorithm == "EAGLE3"
+    report = diagnose(launch=bad.line, server=bad.url, **PROBES)
+    with pytest.raises((ServerError, httpx.HTTPError)):
+        served(vllm, bad.url)
+    [failed] = checks(report, "probe", ERROR)
+    assert "failed" in failed.title and "500" in text([failed])
+
+
 def test_good_server_is_used(vllm, vllm_eagle3, smollm2_dir):
     port = int(vllm_eagle3.url.rsplit(":", 1)[1])
     line = shlex.join(vllm.launch_command(smollm2_dir, port=port, draft=ROOT / TRAINED_DRAFT, k=K))
@@ -214,53 +309,6 @@ def test_good_server_is_used(vllm, vllm_eagle3, smollm2_dir):
     probe = [f for f in checks(report, "accept_length") if f.title.startswith("probe accept length")]
     assert len(probe) == 1 and probe[0].severity != ERROR  # 1.4-1.6 here: a weak-draft warning below 2.0
     assert float(probe[0].title.split()[3].rstrip(":")) > 1.15
-
-
-def test_draft_without_d2t_accepts_nothing(vllm, smollm2_dir, tmp_path):
-    """draft_vocab_size 4096 < 49152 and no d2t: vLLM keeps its zero-initialised map, every draft id is read as target
-    id 0..4095, and no draft token is accepted."""
-    draft = broken_draft(tmp_path / "nod2t", drop=("d2t", "t2d"))
-    static = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, draft)))
-    assert "no d2t tensor" in checks(static, "draft_vocab", ERROR)[0].title
-    with serving(vllm, smollm2_dir, draft, tmp_path) as (url, line):
-        answer, counters = served(vllm, url)
-        assert answer.text and counters.drafts > 10 and counters.accept_length <= 1.05  # it serves, speculating
-        report = diagnose(launch=line, server=url, **PROBES)
-    assert report.exit_code == 1
-    [probe] = [f for f in checks(report, "accept_length", ERROR) if f.title.startswith("probe accept length")]
-    assert "contributes nothing" in probe.title
-
-
-def test_top_level_aux_ids_capture_other_layers(vllm, smollm2_dir, tmp_path):
-    """The top-level eagle_aux_hidden_state_layer_ids is vLLM's own key, read before eagle_config's and ignored by
-    SGLang: [0, 1, 2] hands the draft layers it was never trained on (it was trained on hidden_states[2, 15, 27])."""
-    draft = broken_draft(tmp_path / "aux", config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]})
-    static = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, draft)))
-    [err] = checks(static, "aux_layers", ERROR)
-    assert "other target layers" in err.title and "hidden_states[0], hidden_states[1], hidden_states[2]" in text([err])
-    assert '"eagle_aux_hidden_state_layer_ids": [2, 15, 27] at the top level' in err.fix
-    with serving(vllm, smollm2_dir, draft, tmp_path) as (url, line):
-        answer, counters = served(vllm, url)
-        assert answer.text and counters.drafts > 10 and counters.accept_length <= 1.1
-        report = diagnose(launch=line, server=url, **PROBES)
-    assert checks(report, "accept_length", ERROR) and report.exit_code == 1
-
-
-def test_no_method_starts_then_dies_on_the_first_request(vllm, smollm2_dir, tmp_path):
-    """Without "method" vLLM guesses from the path ("smollm2-original-6960": neither 'eagle-' nor 'eagle3') and runs
-    the EAGLE-3 checkpoint as a standalone draft model: /health answers, the first request kills the engine."""
-    draft = broken_draft(tmp_path / "smollm2-original-6960")
-    no_method = lambda s: s.pop("method")  # noqa: E731
-    static = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, draft, spec_edit=no_method)))
-    [err] = checks(static, "algorithm", ERROR)
-    assert "DRAFT_MODEL" in err.title and "first request kills the engine" in text([err])
-    assert parse_launch(err.fix.splitlines()[1]).algorithm == "EAGLE3"
-    with serving(vllm, smollm2_dir, draft, tmp_path, spec_edit=no_method) as (url, line):
-        report = diagnose(launch=line, server=url, **PROBES)
-        with pytest.raises((ServerError, httpx.HTTPError)):
-            served(vllm, url)
-    [failed] = checks(report, "probe", ERROR)
-    assert "failed" in failed.title and "500" in text([failed])
 
 
 def test_server_without_speculation_is_its_own_finding(vllm, vllm_baseline, smollm2_dir):

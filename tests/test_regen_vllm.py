@@ -1,5 +1,6 @@
-"""`eagle3lab regen --backend openai` against a real vLLM server: the server is killed with SIGKILL mid-run, started
-again on the same port, and `--resume` finishes the output with nothing lost, duplicated or rewritten."""
+"""`eagle3lab regen --backend openai` against a real vLLM server (the session's baseline server, SmolLM2 alone): the
+server is killed with SIGKILL mid-run, started again on the same port, and `--resume` finishes the output with
+nothing lost, duplicated or rewritten."""
 
 import json
 import os
@@ -7,7 +8,6 @@ import signal
 from pathlib import Path
 
 from eagle3lab.regen.cli import main as regen_main
-from eagle3lab.serving.processes import free_port
 from test_regen import _run_cli, _wait_for_lines, write_rows
 
 N = 20
@@ -38,16 +38,17 @@ def _regen(address: str, path: Path, out: Path, *extra: str):
     return _run_cli(args)
 
 
-def test_vllm_killed_mid_run_then_resume(tmp_path, vllm, smollm2_dir, capsys):
+def test_vllm_killed_mid_run_then_resume(tmp_path, vllm_baseline, capsys):
     path = write_rows(tmp_path / "in.jsonl", _rows())
     out, errors, skipped = tmp_path / "out.jsonl", tmp_path / "out.errors.jsonl", tmp_path / "out.skipped.jsonl"
-    port = free_port()
-    address, cmd = f"127.0.0.1:{port}", vllm.launch_command(smollm2_dir, port=port)
-    with vllm.serve(cmd, log_path=tmp_path / "vllm1.log") as server:
+    address = vllm_baseline.url.removeprefix("http://")
+    try:
         proc = _regen(address, path, out, "--concurrency", "4", "--retries", "1", "--backoff", "0.05")
         _wait_for_lines(out, 3, proc)
-        os.killpg(server.process.pid, signal.SIGKILL)  # the API server, its engine core and its workers
+        os.killpg(vllm_baseline.process.pid, signal.SIGKILL)  # the API server, its engine core and its workers
         stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        vllm_baseline.restart()  # the same launch line on the same port; the tests after this one get it
     assert proc.returncode == 1, stderr  # incomplete: records failed
     written, failed = out.read_bytes(), _lines(errors)
     done = [r["id"] for r in _lines(out)]
@@ -58,16 +59,15 @@ def test_vllm_killed_mid_run_then_resume(tmp_path, vllm, smollm2_dir, capsys):
     assert f"input {N + 1} = success {len(done)} + error {len(failed)} + skipped 1 [OK]" in stdout
     assert len(set(done) | {e["id"] for e in failed}) == len(done) + len(failed) == N  # disjoint, complete
 
-    with vllm.serve(cmd, log_path=tmp_path / "vllm2.log"):
-        # asking for more context than the server serves is refused before any file is touched
-        rc = regen_main(
-            ["--backend", "openai", "--server-address", address, "--input", str(path)]
-            + ["--output", str(tmp_path / "o.jsonl"), "--max-context", "4096", "--no-progress"]
-        )
-        assert rc == 2 and "--max-context 4096 exceeds the 2048 tokens" in capsys.readouterr().err
-        assert not (tmp_path / "o.jsonl").exists()
-        proc = _regen(address, path, out, "--concurrency", "4", "--resume")
-        stdout, stderr = proc.communicate(timeout=300)
+    # asking for more context than the restarted server serves is refused before any file is touched
+    rc = regen_main(
+        ["--backend", "openai", "--server-address", address, "--input", str(path)]
+        + ["--output", str(tmp_path / "o.jsonl"), "--max-context", "4096", "--no-progress"]
+    )
+    assert rc == 2 and "--max-context 4096 exceeds the 2048 tokens" in capsys.readouterr().err
+    assert not (tmp_path / "o.jsonl").exists()
+    proc = _regen(address, path, out, "--concurrency", "4", "--resume")
+    stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
     assert f"input {N + 1} = success {N} + error 0 + skipped 1 [OK]" in stdout
     after = [r["id"] for r in _lines(out)]

@@ -63,7 +63,12 @@ def test_folder_without_config_is_rejected(tmp_path):
 
 
 def test_offline_hub_id_says_what_to_do(monkeypatch):
+    from huggingface_hub import constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads the variable once, at import (earlier tests imported it): without this the lookup goes
+    # to the network and, on a closed one, waits out its retries (about 45 s) before the same error
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(TargetError, match="local-dir"):
         load_target("someone/some-model-that-is-not-cached")
 
