@@ -1,3 +1,4 @@
+# long: one engine's reader, fixes, GGUF checks and probe; they share its flag table and measured facts
 """llama.cpp for the doctor: a `llama-server` line read into the doctor's `Launch`, fixes written back in
 llama-server's flags, the draft GGUF checked against the target GGUF (serving.gguf.draft_mismatches, the one home of
 those rules), and a running llama-server probed: /props and /slots, greedy /completion probes whose timings count the

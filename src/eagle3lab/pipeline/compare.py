@@ -11,6 +11,7 @@ from eagle3lab.serving.engine import ENGINE_NAMES
 # Headline figures for `--compare`: what a rerun should reproduce. "count": exact on any machine (records,
 # accounting); "quality": a function of the data and the model (NLL, accuracy, accept length), the same on the same
 # hardware and close elsewhere; "speed": timings, which vary 2x run to run on a shared 2-core machine.
+# long: one flat list of every headline figure, stage by stage
 def headline(metrics: Path) -> list[tuple[str, str, float]]:
     figures = []
 

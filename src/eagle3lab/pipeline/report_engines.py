@@ -1,0 +1,197 @@
+"""README's sections on the real engines, rendered from stage 04's and 06's metrics: each engine's rows and tune
+decisions, where a llama.cpp round's time goes, one table of engines, and the seeds' trap in llama.cpp."""
+
+from __future__ import annotations
+
+from eagle3lab.pipeline import report  # its table helper; report imports this module for its engine sections
+from eagle3lab.serving.engine import ENGINE_NAMES
+
+
+def served(b: dict) -> str:
+    """Everything stage 04 measured in real engines (nothing for metrics from before they joined)."""
+    return (
+        "".join(_in_engine(name, b.get(name)) for name in ENGINE_NAMES) + _split(b.get("llamacpp_split")) + _engines(b)
+    )
+
+
+def diagnosis_llamacpp(rows: list[dict] | None, config: str) -> str:
+    """The same trap in llama.cpp, wrong --spec-type vs right (absent before llama.cpp joined)."""
+    if not rows:
+        return ""
+    labels = {"no speculation": "no speculation", "draft-simple": "`--spec-type draft-simple` (wrong)"}
+    table = [
+        [
+            labels.get(r["spec_type"], f"`--spec-type {r['spec_type']}` (right)"),
+            r["accept_length"],
+            r["tokens_per_s"],
+            r["speedup_vs_baseline"],
+            r["identical_rate"],
+        ]
+        for r in rows
+    ]
+    return (
+        f"\nIn llama.cpp (the Q4_1 GGUF target, the same draft as GGUF, n-max {config.split(',')[1]}; vs llama.cpp's "
+        "own baseline):\n\n"
+        + report._table(["llama-server", "accept length", "tok/s", "vs baseline", "identical output"], table)
+        + "\n"
+    )
+
+
+def _how_served(name: str, meta: dict) -> str:
+    settings = meta["engine_settings"]
+    if name == "vllm":
+        return f"{'compiled' if settings['compile'] else 'eager'}, {settings['dtype']}"
+    return f"the Q4_1 GGUF, {settings['threads']} threads, drafts as bf16 GGUF"
+
+
+def _in_engine(name: str, v: dict | None) -> str:
+    """Stage 04's rows from one real engine's servers, and tune's shape for each draft there (absent before the
+    engine joined)."""
+    if not v:
+        return ""
+    shown = ENGINE_NAMES[name]
+    rows = [
+        [
+            r["set"],
+            r["system"],
+            r["config"],
+            r["accept_length"],
+            r["tokens_per_s"],
+            r["speedup_vs_baseline"],
+            r["speedup_vs_local"],
+            r["speedup_vs_hf_generate"],
+            r["identical_rate"],
+        ]
+        for r in v["rows"]
+        if r["engine"] == name
+    ]
+    tuned = []
+    for draft, t in v["tuned"].items():
+        checked = ", ".join(
+            f"{r['label']} {r['speedup']:.2f}x predicted, {r['measured_speedup']:.2f}x measured" for r in t["ranked"]
+        )
+        tuned.append(f"- {draft}: **{t['decision']}** (doctor exit {v['doctor_exit_codes'][draft]}); {checked}")
+    return (
+        f"\nIn {shown} ({_how_served(name, v['meta'])}, one server per draft and shape, the same prompts; acceptance "
+        f"from {shown}'s counters; speedups against {shown}'s own baseline, the local engine's and HF generate):\n\n"
+        + report._table(
+            [
+                "set",
+                "system",
+                "config",
+                "accept length",
+                "tok/s",
+                f"vs {shown} baseline",
+                "vs local baseline",
+                "vs HF generate",
+                "identical output",
+            ],
+            rows,
+        )
+        + f"\n\n`eagle3lab tune --engine {name}` on the same run, predicted vs measured:\n\n"
+        + "\n".join(tuned)
+        + "\n"
+    )
+
+
+def engines_table(b: dict, set_name: str = "mtbench") -> list[dict]:
+    """For each draft, each engine at its fastest measured config on `set_name` (the baseline, when no config beats
+    it: do not speculate), against that engine's own baseline and against the fastest baseline of all engines."""
+    runs = {"local": b["final"]["rows"], **{name: b[name]["rows"] for name in ENGINE_NAMES if b.get(name)}}
+    # an engine's run also carries the local peers measured beside it: keep each engine's own rows
+    mine = {
+        engine: [r for r in rows if r["set"] == set_name and r.get("engine", "local") == engine]
+        for engine, rows in runs.items()
+    }
+    baselines = {
+        engine: next(r["tokens_per_s"] for r in rows if r["system"] == "baseline") for engine, rows in mine.items()
+    }
+    fastest = max(baselines.values())
+    drafts = dict.fromkeys(r["system"] for rows in mine.values() for r in rows if r["draft"])
+    out = []
+    for draft in drafts:
+        for engine, rows in mine.items():
+            candidates = [r for r in rows if r["system"] == draft]
+            if not candidates:
+                continue
+            best = max(candidates, key=lambda r: r["tokens_per_s"])
+            pays = best["tokens_per_s"] > baselines[engine]
+            tok_s = best["tokens_per_s"] if pays else baselines[engine]
+            out.append(
+                {
+                    "draft": draft,
+                    "engine": engine,
+                    "config": best["config"] if pays else "do not speculate",
+                    "accept_length": best["accept_length"] if pays else None,
+                    "tokens_per_s": tok_s,
+                    "vs_own_baseline": tok_s / baselines[engine],
+                    "vs_fastest_baseline": tok_s / fastest,
+                }
+            )
+    return out
+
+
+def _engines(b: dict) -> str:
+    """One table of engines: which engine, which flags, how much faster, on this machine."""
+    rows = engines_table(b)
+    if len({r["engine"] for r in rows}) < 2:
+        return ""
+    shown = {"local": "local", **ENGINE_NAMES}
+    return (
+        "\nOne table of engines (MT-bench, same prompts; each engine at its fastest measured config, or its baseline "
+        "where none beats it):\n\n"
+        + report._table(
+            ["draft", "engine", "config", "accept length", "tok/s", "vs its own baseline", "vs the fastest baseline"],
+            [
+                [
+                    r["draft"],
+                    shown[r["engine"]],
+                    r["config"],
+                    r["accept_length"],
+                    r["tokens_per_s"],
+                    r["vs_own_baseline"],
+                    r["vs_fastest_baseline"],
+                ]
+                for r in rows
+            ],
+        )
+        + "\n"
+    )
+
+
+def _split(split: dict | None) -> str:
+    """Where a llama.cpp round's time goes (stage 04's round split)."""
+    if not split:
+        return ""
+    rows = [
+        [
+            r["k"],
+            r["verify_s"] * 1e3,
+            r["round_s"] * 1e3,
+            r["rest_s"] * 1e3,
+            r["break_even"],
+            r["tau_for_2x"],
+            r["perfect_accept_length"],
+            r["perfect_speedup"],
+        ]
+        for r in split["rows"]
+    ]
+    return (
+        f"\nWhere a llama.cpp round's time goes (plain step {split['step_s'] * 1e3:.1f} ms/token, {split['prompts']} "
+        "MT-bench prompts; verify from llama-server's own prompt timings; rounds with every drafted token accepted, "
+        "llama.cpp's synthetic acceptance):\n\n"
+        + report._table(
+            [
+                "n-max k",
+                "verify ms",
+                "round ms",
+                "draft + hand-over + overhead ms",
+                "break-even accept length",
+                "2x needs",
+                "perfect accept length",
+                "perfect vs baseline",
+            ],
+            rows,
+        )
+        + "\n"
+    )
