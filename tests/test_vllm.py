@@ -105,6 +105,7 @@ def test_predictions_follow_tau_times_step_over_round():
         "shapes": {"1,1,1,2": (1, 0.0), "1,2,1,3": (2, 0.0)},
         "round_s": {"1,1,1,2": 0.033, "1,2,1,3": 0.038},
         "accept_length": {"1,1,1,2": 1.5, "1,2,1,3": 1.85},
+        "tokens_per_s": {"1,1,1,2": 1.5 / 0.033, "1,2,1,3": 1.85 / 0.038},  # every step drafts: tau / t_round
     }
     by_k = {p["k"]: p for p in predict(cal)}
     assert by_k[1]["speedup"] == pytest.approx(1.5 * 0.030 / 0.033)

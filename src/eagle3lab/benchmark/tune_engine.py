@@ -11,6 +11,8 @@ draft's accept length for each shape (the engine's own counters). Then
 
     predicted speedup = tau * t_step / t_round    (Leviathan et al.; REFERENCE.md)
 
+(with p-min, steps that draft nothing make it the calibration half's tok/s over the baseline's)
+
 and the accept length 2x would need, 2 t_round / t_step. The held-out half measures every k against the engine's
 baseline on prompts the model never saw; the measured winner gets its launch line, checked by the doctor, or the
 decision is "do not speculate" when no k beats the baseline.
@@ -94,12 +96,14 @@ def calibration_from(measured: dict, draft) -> dict:
     base = _totals(per_prompt, "baseline", BASELINE.label, calibration)
     if not base["tokens"]:
         raise InputError("calibration: the benchmark has no baseline run (the target alone) to compare against")
-    shapes, round_s, accept = _draft_shapes(measured, system), {}, {}
+    shapes, round_s, accept, tokens_per_s = _draft_shapes(measured, system), {}, {}, {}
     for label in shapes:
         t = _totals(per_prompt, system, label, calibration)
         if not t["rounds"]:
             raise InputError(f"calibration: the draft at {label} drafted no round (the engine did not speculate)")
         round_s[label], accept[label] = t["seconds"] / t["rounds"], 1.0 + t["accepted"] / t["rounds"]
+        # with p-min some steps do not draft: rounds undercount the steps, so the speedup reads tokens and seconds
+        tokens_per_s[label] = t["tokens"] / t["seconds"]
     if not round_s:
         raise InputError(f"calibration: the benchmark served no draft named {system}")
     # per position from the deepest chain without p-min: every position is drafted in every round there
@@ -113,6 +117,7 @@ def calibration_from(measured: dict, draft) -> dict:
         "shapes": shapes,
         "round_s": round_s,
         "accept_length": accept,
+        "tokens_per_s": tokens_per_s,
         "deepest": deepest_label,
         "position_acceptance": [a / deepest["rounds"] for a in deepest["per_position"]],
         "rounds": deepest["rounds"],
@@ -128,7 +133,8 @@ def predict(cal: dict) -> list[dict]:
         tau = cal["accept_length"][label]
         out.append({"label": label, "k": k, "threshold": threshold, "accept_length": tau, "round_s": round_s})
         # break-even and 2x: the accept length at which a round's tokens pay for its cost once and twice over
-        out[-1] |= {"speedup": tau * cal["step_s"] / round_s, "tau_for_2x": 2 * round_s / cal["step_s"]}
+        # tau * t_step / t_round where every step drafts; measured throughput where p-min skips some
+        out[-1] |= {"speedup": cal["tokens_per_s"][label] * cal["step_s"], "tau_for_2x": 2 * round_s / cal["step_s"]}
     return sorted(out, key=lambda p: -p["speedup"])
 
 
