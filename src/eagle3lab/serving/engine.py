@@ -62,6 +62,17 @@ class SpecCounters:
         return [p / self.drafts for p in self.per_position] if self.drafts else []
 
 
+def check_draft_folder(draft: str | os.PathLike, who: str) -> None:
+    """Engines load (or export) a draft from a folder with config.json and safetensors weights; anything else fails
+    minutes into start-up with a stack trace, so say so before launching. `who`: what needs it, for the message."""
+    folder = Path(draft)
+    if not (folder / "config.json").is_file() or not any(folder.glob("*.safetensors")):
+        raise InputError(
+            f"draft {folder}: {who} needs a draft folder with config.json and *.safetensors weights "
+            "(an SGLang/SpecForge-format export: `eagle3lab train` writes one)"
+        )
+
+
 def parse_spec_counters(text: str, prefix: str) -> SpecCounters | None:
     """Speculation counters from Prometheus text, summed over engines: vLLM (`vllm:`) and llama.cpp (`llamacpp:`)
     both publish spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens and _num_accepted_tokens_per_pos

@@ -149,10 +149,10 @@ def export_gguf(draft: str | os.PathLike, target_spec: str, out: str | os.PathLi
     """Convert an SGLang-format draft folder to a bf16 GGUF for `target_spec` and check it against the target's
     GGUF; written to a temporary name and renamed, so a killed export leaves no half-written file."""
     from eagle3lab.models.target import embedded_gguf, resolve
+    from eagle3lab.serving.engine import check_draft_folder
     from eagle3lab.serving.llamacpp import source_dir
-    from eagle3lab.serving.vllm import check_draft_folder
 
-    check_draft_folder(draft)
+    check_draft_folder(draft, "the GGUF export (llama.cpp)")
     out = Path(out) if out else default_output(draft)
     partial = out.with_name(out.name + ".partial")
     command = [

@@ -25,7 +25,7 @@ from eagle3lab.io import InputError
 from eagle3lab.models.target import resolve
 from eagle3lab.paths import cache_dir
 from eagle3lab.serving.client import Completion, ServerClient
-from eagle3lab.serving.engine import EngineMissing, SpecCounters, parse_spec_counters
+from eagle3lab.serving.engine import EngineMissing, SpecCounters, check_draft_folder, parse_spec_counters
 from eagle3lab.serving.processes import start_server
 
 VERSION = "0.32.0"
@@ -118,7 +118,7 @@ class VLLM:
         if k < 0 or (k and draft is None) or (draft is not None and not k):
             raise InputError(f"vLLM: a draft needs a draft length k >= 1 and k >= 1 a draft (got k={k}, draft={draft})")
         if draft is not None:
-            check_draft_folder(draft)
+            check_draft_folder(draft, "vLLM")
         cmd = [
             str(python_path(self.device)),
             "-m",
@@ -164,17 +164,6 @@ class VLLM:
 
     def counters(self, client: ServerClient) -> SpecCounters | None:
         return parse_counters(client.metrics())
-
-
-def check_draft_folder(draft: str | os.PathLike) -> None:
-    """vLLM loads a draft from a folder with config.json and safetensors weights; anything else fails minutes into
-    start-up with a stack trace, so say so before launching."""
-    folder = Path(draft)
-    if not (folder / "config.json").is_file() or not any(folder.glob("*.safetensors")):
-        raise InputError(
-            f"draft {folder}: vLLM needs a draft folder with config.json and *.safetensors weights "
-            "(an SGLang/SpecForge-format export: `eagle3lab train` writes one)"
-        )
 
 
 def parse_counters(text: str) -> SpecCounters | None:
