@@ -96,19 +96,20 @@ def calibration_from(measured: dict, draft) -> dict:
     base = _totals(per_prompt, "baseline", BASELINE.label, calibration)
     if not base["tokens"]:
         raise InputError("calibration: the benchmark has no baseline run (the target alone) to compare against")
-    shapes, round_s, accept, tokens_per_s = _draft_shapes(measured, system), {}, {}, {}
-    for label in shapes:
-        t = _totals(per_prompt, system, label, calibration)
+    shapes = _draft_shapes(measured, system)
+    if not shapes:
+        raise InputError(f"calibration: the benchmark served no draft named {system}")
+    totals = {label: _totals(per_prompt, system, label, calibration) for label in shapes}
+    for label, t in totals.items():
         if not t["rounds"]:
             raise InputError(f"calibration: the draft at {label} drafted no round (the engine did not speculate)")
-        round_s[label], accept[label] = t["seconds"] / t["rounds"], 1.0 + t["accepted"] / t["rounds"]
-        # with p-min some steps do not draft: rounds undercount the steps, so the speedup reads tokens and seconds
-        tokens_per_s[label] = t["tokens"] / t["seconds"]
-    if not round_s:
-        raise InputError(f"calibration: the benchmark served no draft named {system}")
+    round_s = {label: t["seconds"] / t["rounds"] for label, t in totals.items()}
+    accept = {label: 1.0 + t["accepted"] / t["rounds"] for label, t in totals.items()}
+    # with p-min some steps do not draft: rounds undercount the steps, so the speedup reads tokens and seconds
+    tokens_per_s = {label: t["tokens"] / t["seconds"] for label, t in totals.items()}
     # per position from the deepest chain without p-min: every position is drafted in every round there
     deepest_label = max(shapes, key=lambda c: (shapes[c][1] == 0.0, shapes[c][0]))
-    deepest = _totals(per_prompt, system, deepest_label, calibration)
+    deepest = totals[deepest_label]
     return {
         "engine": measured["meta"]["engine"],
         "engine_settings": measured["meta"]["engine_settings"],
