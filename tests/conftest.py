@@ -263,3 +263,29 @@ def llamacpp_baseline(llamacpp, llamacpp_target, tmp_path_factory):
     cmd = llamacpp.launch_command(llamacpp_target, port=free_port())
     with llamacpp.serve(cmd, log_path=tmp_path_factory.mktemp("llamacpp") / "baseline.log") as server:
         yield server
+
+
+# ---- shared by the real-engine tests ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def three_prompts(smollm2_dir):
+    """Three MT-bench prompts as the target's token ids (what every engine is sent)."""
+    from transformers import AutoTokenizer
+
+    from eagle3lab.benchmark.prompts import load_prompts
+
+    return load_prompts(AutoTokenizer.from_pretrained(smollm2_dir), ["mtbench"], None, 3)
+
+
+def speculative_row(engine, speculating, baseline, prompts, max_new_tokens):
+    """The benchmark row of the trained draft on a speculating server (config 1,2,1,3), its output compared with the
+    engine's own baseline server's, and the baseline's records."""
+    from eagle3lab.benchmark.served import _row, measure_server
+    from eagle3lab.serving.client import ServerClient
+
+    with ServerClient(speculating.url) as spec, ServerClient(baseline.url) as plain:
+        drafted = measure_server(engine, spec, prompts, max_new_tokens, repeats=1)
+        plain_records = measure_server(engine, plain, prompts, max_new_tokens, repeats=1)
+    base = {r["prompt"].id: r["done"].token_ids for r in plain_records}
+    return _row("mtbench", "trained", "1,2,1,3", TRAINED_DRAFT, engine.name, drafted, base), plain_records

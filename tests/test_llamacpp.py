@@ -8,12 +8,9 @@ import shutil
 
 import pytest
 
-from conftest import TRAINED_DRAFT
-from eagle3lab.benchmark.prompts import load_prompts
-from eagle3lab.benchmark.served import _row, measure_server
+from conftest import TRAINED_DRAFT, speculative_row
 from eagle3lab.io import InputError
 from eagle3lab.paths import ROOT
-from eagle3lab.serving.client import ServerClient
 from eagle3lab.serving.engine import EngineMissing
 from eagle3lab.serving.gguf import draft_mismatches, gguf_facts
 from eagle3lab.serving.llamacpp import SPEC_TYPE, draft_gguf, server_path
@@ -79,22 +76,12 @@ def test_a_failed_export_leaves_nothing_a_later_run_would_trust(llamacpp, tmp_pa
     assert list(tmp_path.glob("d.gguf*")) == []
 
 
-@pytest.fixture(scope="module")
-def three_prompts(smollm2_dir):
-    from transformers import AutoTokenizer
-
-    return load_prompts(AutoTokenizer.from_pretrained(smollm2_dir), ["mtbench"], None, 3)
-
-
 def test_the_trained_draft_speculates_in_llamacpp_and_greedy_output_equals_its_baseline(
     llamacpp, llamacpp_eagle3, llamacpp_baseline, three_prompts
 ):
-    with ServerClient(llamacpp_eagle3.url) as spec, ServerClient(llamacpp_baseline.url) as plain:
-        drafted = measure_server(llamacpp, spec, three_prompts, 48, repeats=1)
-        baseline = measure_server(llamacpp, plain, three_prompts, 48, repeats=1)
+    row, baseline = speculative_row(llamacpp, llamacpp_eagle3, llamacpp_baseline, three_prompts, 48)
     assert all(r["counters"].drafts == 0 for r in baseline)  # no draft: llama-server's spec counters stay at 0
     base = {r["prompt"].id: r["done"].token_ids for r in baseline}
-    row = _row("mtbench", "trained", "1,2,1,3", TRAINED_DRAFT, "llamacpp", drafted, base)
     assert row["completion_tokens"] == sum(len(t) for t in base.values()) == 3 * 48
     assert row["drafts"] > 0 and 1.2 < row["accept_length"] <= 3.0  # n-max 2: at most 3 tokens a round
     first, second = row["position_acceptance"]

@@ -6,13 +6,12 @@ import socket
 
 import pytest
 
-from conftest import TRAINED_DRAFT
-from eagle3lab.benchmark.prompts import load_prompts
-from eagle3lab.benchmark.served import _row, chain_shape, measure_server
+from conftest import TRAINED_DRAFT, speculative_row
+from eagle3lab.benchmark.served import chain_shape
 from eagle3lab.benchmark.tune_engine import predict
 from eagle3lab.io import InputError
 from eagle3lab.paths import ROOT
-from eagle3lab.serving.client import ServerClient, ServerError
+from eagle3lab.serving.client import ServerError
 from eagle3lab.serving.engine import EngineMissing, SpecCounters
 from eagle3lab.serving.processes import start_server
 from eagle3lab.serving.vllm import VLLM, parse_counters, python_path
@@ -114,22 +113,12 @@ def test_predictions_follow_tau_times_step_over_round():
     assert [p["k"] for p in predict(cal)] == [2, 1]  # best predicted first
 
 
-@pytest.fixture(scope="module")
-def three_prompts(smollm2_dir):
-    from transformers import AutoTokenizer
-
-    return load_prompts(AutoTokenizer.from_pretrained(smollm2_dir), ["mtbench"], None, 3)
-
-
 def test_the_trained_draft_speculates_in_vllm_and_greedy_output_equals_vllms_baseline(
     vllm, vllm_eagle3, vllm_baseline, three_prompts
 ):
-    with ServerClient(vllm_eagle3.url) as spec, ServerClient(vllm_baseline.url) as plain:
-        drafted = measure_server(vllm, spec, three_prompts, 48, repeats=1)
-        baseline = measure_server(vllm, plain, three_prompts, 48, repeats=1)
+    row, baseline = speculative_row(vllm, vllm_eagle3, vllm_baseline, three_prompts, 48)
     assert all(r["counters"] is None for r in baseline)  # vLLM without a draft exposes no spec_decode counters
     base = {r["prompt"].id: r["done"].token_ids for r in baseline}
-    row = _row("mtbench", "trained", "1,2,1,3", TRAINED_DRAFT, "vllm", drafted, base)
     # float32 on vLLM's CPU path: speculation is lossless token for token
     assert row["identical_rate"] == 1.0 and row["completion_tokens"] == sum(len(t) for t in base.values())
     assert row["drafts"] > 0 and 1.2 < row["accept_length"] <= 3.0  # k=2: at most 3 tokens a round
