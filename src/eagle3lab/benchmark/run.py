@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from eagle3lab.benchmark.prompts import Prompt, load_prompts
-from eagle3lab.benchmark.served import ENGINES
+from eagle3lab.benchmark.served import eager_option, engine_option
 from eagle3lab.benchmark.systems import (
     DEFAULT_DRAFT,
     PEERS,
@@ -89,14 +89,12 @@ class BenchSettings:
     prompt_lookup_tokens: int = option(10, "tokens hf-prompt-lookup proposes per step")
     seed: int = option(0, "sampling seed")
     device: str = option("auto", f"where models run: {DEVICE_HELP}")
-    engine: str = option(
-        "local",
-        "local (the project's engine), vllm or llamacpp (a real server per config: chain configs 1,k,1,k+1, and for "
-        "llamacpp 1,k,1,k+1@p with p its --spec-draft-p-min; with --peers the local baseline and HF generate run "
-        "beside it)",
-        choices=ENGINES,
+    engine: str = engine_option(
+        "the project's engine",
+        "a real server per config: chain configs 1,k,1,k+1, and for llamacpp 1,k,1,k+1@p with p its "
+        "--spec-draft-p-min; with --peers the local baseline and HF generate run beside it",
     )
-    eager: bool = option(False, "vllm: --enforce-eager instead of vLLM's default inductor compile")
+    eager: bool = eager_option()
     output: str | None = option(None, "write the JSON result here")
 
 

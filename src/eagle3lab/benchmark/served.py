@@ -21,11 +21,24 @@ from eagle3lab.decoding.config import BASELINE, SpecConfig
 from eagle3lab.devices import resolve_device
 from eagle3lab.io import InputError
 from eagle3lab.models.target import resolve
+from eagle3lab.options import option
 from eagle3lab.serving.client import ServerClient
 from eagle3lab.serving.engine import ENGINE_NAMES, Engine
 from eagle3lab.serving.processes import free_port
 
 ENGINES = ("local", *ENGINE_NAMES)
+
+
+def engine_option(local_help: str, served_help: str):
+    """The `engine` field of BenchSettings and TuneSettings: which engine, and what each kind does there."""
+    return option("local", f"local ({local_help}), vllm or llamacpp ({served_help})", choices=ENGINES)
+
+
+def eager_option():
+    """The `eager` field of BenchSettings and TuneSettings (vLLM's compile mode)."""
+    return option(False, "vllm: --enforce-eager instead of vLLM's default inductor compile")
+
+
 SERVED_COLUMNS = (
     *KEY,
     Column("engine", "engine", 6, left=True),

@@ -23,7 +23,7 @@ from eagle3lab.benchmark.predict import rank_predictions
 from eagle3lab.benchmark.profile import CHAIN_DEPTH, TREE_TOPK, measure_profile
 from eagle3lab.benchmark.prompts import load_prompts
 from eagle3lab.benchmark.run import DTYPES, run_benchmark, split_list
-from eagle3lab.benchmark.served import ENGINES
+from eagle3lab.benchmark.served import eager_option, engine_option
 from eagle3lab.benchmark.systems import eos_ids, load_bench_draft, parse_system_config
 from eagle3lab.benchmark.table import Column, render_rows
 from eagle3lab.devices import DEVICE_HELP, resolve_device
@@ -57,13 +57,12 @@ class TuneSettings:
     dtype: str = option("float32", "model dtype", choices=DTYPES)
     threads: int | None = option(None, "torch threads (default: torch's)")
     device: str = option("auto", f"where models run: {DEVICE_HELP}")
-    engine: str = option(
-        "local",
-        "local (the project's engine: trees, adaptive drafting), vllm or llamacpp (chains 1,k,1,k+1 with k up to "
-        "--max-steps, and for llamacpp p-min 0, 0.5, 0.8: costs and acceptance measured on real servers)",
-        choices=ENGINES,
+    engine: str = engine_option(
+        "the project's engine: trees, adaptive drafting",
+        "chains 1,k,1,k+1 with k up to --max-steps, and for llamacpp p-min 0, 0.5, 0.8: costs and acceptance "
+        "measured on real servers",
     )
-    eager: bool = option(False, "vllm: --enforce-eager instead of vLLM's default inductor compile")
+    eager: bool = eager_option()
     output: str = option(str(ARTIFACTS / "tune.json"), "write the JSON result here")
 
 
