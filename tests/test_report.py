@@ -60,3 +60,54 @@ def test_scaling_section_says_beyond_the_data_and_sets_drafts_trained_elsewhere_
     assert "| 6.00 |" in gsm8k and "beyond the data" not in gsm8k and "e+" in gsm8k  # 2x read off the fit
     row = "| smollm2-original-6960 | one NVIDIA H200 GPU | original | 6960 | 3790000 | mtbench | 1.57 | 1.41 |"
     assert row in text and "| accept length, 1,5,1,6 | the fit there |" in text
+
+
+def _row(engine, system, config, tok_s, accept=None):
+    return {
+        "set": "mtbench",
+        "engine": engine,
+        "system": system,
+        "config": config,
+        "tokens_per_s": tok_s,
+        "accept_length": accept,
+        "draft": None if system == "baseline" else f"drafts/{system}",
+    }
+
+
+def test_engines_table_sets_each_engine_at_its_fastest_config_or_says_do_not_speculate():
+    from eagle3lab.pipeline.report_engines import engines_table
+
+    metrics = {
+        "final": {
+            "meta": {"drafts": ["artifacts/drafts/final", "drafts/big"]},
+            "rows": [  # the local engine's rows carry no engine name
+                {k: v for k, v in _row("local", s, c, t, a).items() if k != "engine"}
+                for s, c, t, a in [
+                    ("baseline", "1,0,0,0", 20.0, 1),
+                    ("final", "1,3,1,4", 22.0, 1.3),
+                    ("final", "1,2,4,10", 24.0, 1.5),
+                    ("big", "1,3,1,4", 30.0, 1.9),
+                ]
+            ],
+        },
+        "tuned": {"decision": "1,3,1,4"},
+        "llamacpp": {
+            "rows": [
+                _row("llamacpp", "baseline", "1,0,0,0", 80.0),
+                _row("local", "baseline", "1,0,0,0", 19.0),  # the local peer measured beside it: not llama.cpp's
+                _row("llamacpp", "final", "1,1,1,2", 60.0, 1.4),
+                _row("llamacpp", "big", "1,1,1,2@0.5", 84.0, 1.5),
+            ],
+            "tuned": {"final": {"decision": "do not speculate"}, "big": {"decision": "1,1,1,2@0.5"}},
+        },
+    }
+    rows = {(r["draft"], r["engine"]): r for r in engines_table(metrics)}
+    assert set(rows) == {("final", "local"), ("final", "llamacpp"), ("big", "local"), ("big", "llamacpp")}
+    local = rows["final", "local"]
+    assert (local["config"], local["vs_own_baseline"], local["vs_fastest_baseline"]) == ("1,2,4,10", 1.2, 0.3)
+    assert (local["tuned"], local["tuned_vs_own_baseline"]) == ("1,3,1,4", 22.0 / 20.0)
+    losing = rows["final", "llamacpp"]  # slower than llama.cpp alone: the row is its baseline
+    assert (losing["config"], losing["tokens_per_s"], losing["accept_length"]) == ("do not speculate", 80.0, None)
+    assert (losing["tuned"], losing["tuned_vs_own_baseline"]) == ("do not speculate", None)
+    assert rows["big", "llamacpp"]["tuned_vs_own_baseline"] == 84.0 / 80.0
+    assert rows["big", "local"]["tuned"] is None  # stage 04 tunes only the final draft locally

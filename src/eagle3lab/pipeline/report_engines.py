@@ -3,6 +3,9 @@ decisions, where a llama.cpp round's time goes, one table of engines, and the se
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from eagle3lab.benchmark.tune import DO_NOT_SPECULATE
 from eagle3lab.pipeline import report  # its table helper; report imports this module for its engine sections
 from eagle3lab.serving.engine import ENGINE_NAMES
 
@@ -96,7 +99,8 @@ def _in_engine(name: str, v: dict | None) -> str:
 
 def engines_table(b: dict, set_name: str = "mtbench") -> list[dict]:
     """For each draft, each engine at its fastest measured config on `set_name` (the baseline, when no config beats
-    it: do not speculate), against that engine's own baseline and against the fastest baseline of all engines."""
+    it: do not speculate), against that engine's own baseline and against the fastest baseline of all engines; and
+    the config `tune` picked there (stage 04 tunes the final draft locally and every draft in each real engine)."""
     runs = {"local": b["final"]["rows"], **{name: b[name]["rows"] for name in ENGINE_NAMES if b.get(name)}}
     # an engine's run also carries the local peers measured beside it: keep each engine's own rows
     mine = {
@@ -106,26 +110,34 @@ def engines_table(b: dict, set_name: str = "mtbench") -> list[dict]:
     baselines = {
         engine: next(r["tokens_per_s"] for r in rows if r["system"] == "baseline") for engine, rows in mine.items()
     }
+    picks = {
+        "local": {Path(b["final"]["meta"]["drafts"][0]).name: b["tuned"]["decision"]},
+        **{name: {d: t["decision"] for d, t in b[name]["tuned"].items()} for name in ENGINE_NAMES if b.get(name)},
+    }
     fastest = max(baselines.values())
     drafts = dict.fromkeys(r["system"] for rows in mine.values() for r in rows if r["draft"])
     out = []
     for draft in drafts:
         for engine, rows in mine.items():
-            candidates = [r for r in rows if r["system"] == draft]
+            candidates = {r["config"]: r for r in rows if r["system"] == draft}
             if not candidates:
                 continue
-            best = max(candidates, key=lambda r: r["tokens_per_s"])
+            best = max(candidates.values(), key=lambda r: r["tokens_per_s"])
             pays = best["tokens_per_s"] > baselines[engine]
             tok_s = best["tokens_per_s"] if pays else baselines[engine]
+            pick = picks[engine].get(draft)
+            picked = candidates.get(pick)  # None: tune did not run here, or said do not speculate
             out.append(
                 {
                     "draft": draft,
                     "engine": engine,
-                    "config": best["config"] if pays else "do not speculate",
+                    "config": best["config"] if pays else DO_NOT_SPECULATE,
                     "accept_length": best["accept_length"] if pays else None,
                     "tokens_per_s": tok_s,
                     "vs_own_baseline": tok_s / baselines[engine],
                     "vs_fastest_baseline": tok_s / fastest,
+                    "tuned": pick,
+                    "tuned_vs_own_baseline": picked["tokens_per_s"] / baselines[engine] if picked else None,
                 }
             )
     return out
@@ -139,9 +151,19 @@ def _engines(b: dict) -> str:
     shown = {"local": "local", **ENGINE_NAMES}
     return (
         "\nOne table of engines (MT-bench, same prompts; each engine at its fastest measured config, or its baseline "
-        "where none beats it):\n\n"
+        "where none beats it; and the config `tune` picked there, in a real engine from every other prompt):\n\n"
         + report._table(
-            ["draft", "engine", "config", "accept length", "tok/s", "vs its own baseline", "vs the fastest baseline"],
+            [
+                "draft",
+                "engine",
+                "fastest config",
+                "accept length",
+                "tok/s",
+                "vs its own baseline",
+                "vs the fastest baseline",
+                "tune picks",
+                "its vs own baseline",
+            ],
             [
                 [
                     r["draft"],
@@ -151,6 +173,8 @@ def _engines(b: dict) -> str:
                     r["tokens_per_s"],
                     r["vs_own_baseline"],
                     r["vs_fastest_baseline"],
+                    r["tuned"],
+                    r["tuned_vs_own_baseline"],
                 ]
                 for r in rows
             ],
