@@ -73,7 +73,9 @@ def _in_engine(name: str, v: dict | None) -> str:
         checked = ", ".join(
             f"{r['label']} {r['speedup']:.2f}x predicted, {r['measured_speedup']:.2f}x measured" for r in t["ranked"]
         )
-        tuned.append(f"- {draft}: **{t['decision']}** (doctor exit {v['doctor_exit_codes'][draft]}); {checked}")
+        code = v["doctor_exit_codes"][draft]  # None: do not speculate, no launch line to check
+        checked_line = "" if code is None else f" (doctor exit {code})"
+        tuned.append(f"- {draft}: **{t['decision']}**{checked_line}; {checked}")
     return (
         f"\nIn {shown} ({_how_served(name, v['meta'])}, one server per draft and shape, the same prompts; acceptance "
         f"from {shown}'s counters; speedups against {shown}'s own baseline, the local engine's and HF generate):\n\n"
