@@ -46,8 +46,10 @@ lint: setup
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/ruff check --quiet .
 
+# Two workers: much of a test's time is single-threaded (server starts, HTTP waits), so a second worker fills the other
+# core; each engine's server tests stay together on one worker (tests/conftest.py groups them).
 test: setup data model vllm llamacpp lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # Stage commands call `python`: put the project's environment first on PATH.
 repro: setup data model vllm llamacpp

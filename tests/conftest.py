@@ -6,6 +6,18 @@ import torch
 
 from tiny import save_tiny_chat_model
 
+ENGINE_GROUPS = ("vllm", "llamacpp")  # the engine fixtures whose tests share session servers
+
+
+def pytest_collection_modifyitems(items):
+    """`make test` runs two pytest-xdist workers (--dist loadgroup). Every test that needs an engine's servers joins
+    that engine's group, so one worker runs them in file order and the session's servers start once; the rest, the
+    smoke pipeline among them, runs on the other worker meanwhile."""
+    for item in items:
+        group = next((name for name in ENGINE_GROUPS if name in item.fixturenames), None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture(scope="session")
 def smollm2():

@@ -36,8 +36,12 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     assert eagle["accept_length"] < 1.1
     assert len(metrics["train"]["drafts"]) == 4  # three scales and the original-responses draft
     assert {r["config"] for r in metrics["benchmark"]["final"]["rows"]} >= {"1,0,0,0", "1,3,1,4", "1,2,2,4"}
+    # the final draft served in llama.cpp, and tune's decision there
+    assert {r["engine"] for r in metrics["benchmark"]["llamacpp"]["rows"]} == {"local", "llamacpp"}
+    assert set(metrics["benchmark"]["llamacpp"]["tuned"]) == {"final"}
     assert set(metrics["scaling"]["fits"]) == {"mtbench"}  # one fitted curve per prompt set
     figures = {p.name for p in (tmp_path / "figures").glob("*.png")}
     assert {"diagnosis.png", "scaling_accept_length.png", "benchmark_acceptance.png", "train_curves.png"} <= figures
     rendered = report.render(tmp_path / "metrics")  # README's results section renders from every stage's metrics
     assert "no `metrics/" not in rendered and "### 6. Scaling and break-even" in rendered
+    assert "One table of engines" in rendered
