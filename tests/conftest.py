@@ -9,6 +9,7 @@ from tiny import save_tiny_chat_model
 ENGINE_GROUPS = ("vllm", "llamacpp")  # the engine fixtures whose tests share session servers
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers
 def pytest_collection_modifyitems(items):
     """`make test` runs two pytest-xdist workers (--dist loadgroup). Every test that needs an engine's servers joins
     that engine's group, so one worker runs them in file order and the session's servers start once; the rest, the
