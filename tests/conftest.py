@@ -1,10 +1,14 @@
 import dataclasses
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
 from tiny import save_tiny_chat_model
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)  # one core for each of make test's two workers: more threads oversubscribe both
 
 ENGINE_GROUPS = ("vllm", "llamacpp")  # the engine fixtures whose tests share session servers
 
@@ -244,12 +248,13 @@ def vllm_baseline(vllm_servers):
 
 @pytest.fixture(scope="session")
 def llamacpp():
-    """llama.cpp as the tests run it (the wheel's Q4_1 SmolLM2 GGUF, 2 threads, one slot). A missing build fails
-    with the command that makes it."""
+    """llama.cpp as the tests run it (the wheel's Q4_1 SmolLM2 GGUF, one slot, one thread: beside make test's other
+    worker, two llama.cpp threads spin against it, and a 6 s test took 48 s). A missing build fails with the command
+    that makes it."""
     from eagle3lab.serving.llamacpp import LlamaCpp, server_path
 
     server_path()
-    return LlamaCpp()
+    return LlamaCpp(threads=1)
 
 
 @pytest.fixture(scope="session")
