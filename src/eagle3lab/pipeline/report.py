@@ -146,20 +146,25 @@ def _train(t: dict) -> str:
     )
 
 
+def _cells(records: list[dict], keys: tuple[str, ...]) -> list[list]:
+    """A table's rows: the fields `keys` of each record, in that order."""
+    return [[r[k] for k in keys] for r in records]
+
+
 def _benchmark(b: dict) -> str:
-    rows = [
-        [
-            r["set"],
-            r["system"],
-            r["config"],
-            r["accept_length"],
-            r["tokens_per_s"],
-            r["speedup_vs_baseline"],
-            r["speedup_vs_hf_generate"],
-            r["identical_rate"],
-        ]
-        for r in b["final"]["rows"]
-    ]
+    rows = _cells(
+        b["final"]["rows"],
+        (
+            "set",
+            "system",
+            "config",
+            "accept_length",
+            "tokens_per_s",
+            "speedup_vs_baseline",
+            "speedup_vs_hf_generate",
+            "identical_rate",
+        ),
+    )
     meta = b["final"]["meta"]
     return (
         "### 5. Benchmark (final draft)\n\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle3lab.benchmark.tune import DO_NOT_SPECULATE
-from eagle3lab.pipeline import report  # its table helper; report imports this module for its engine sections
+from eagle3lab.pipeline import report  # its table helpers; report imports this module for its engine sections
 from eagle3lab.serving.engine import ENGINE_NAMES
 
 
@@ -53,21 +53,20 @@ def _in_engine(name: str, v: dict | None) -> str:
     if not v:
         return ""
     shown = ENGINE_NAMES[name]
-    rows = [
-        [
-            r["set"],
-            r["system"],
-            r["config"],
-            r["accept_length"],
-            r["tokens_per_s"],
-            r["speedup_vs_baseline"],
-            r["speedup_vs_local"],
-            r["speedup_vs_hf_generate"],
-            r["identical_rate"],
-        ]
-        for r in v["rows"]
-        if r["engine"] == name
-    ]
+    rows = report._cells(
+        [r for r in v["rows"] if r["engine"] == name],
+        (
+            "set",
+            "system",
+            "config",
+            "accept_length",
+            "tokens_per_s",
+            "speedup_vs_baseline",
+            "speedup_vs_local",
+            "speedup_vs_hf_generate",
+            "identical_rate",
+        ),
+    )
     tuned = []
     for draft, t in v["tuned"].items():
         checked = ", ".join(
@@ -93,9 +92,8 @@ def _in_engine(name: str, v: dict | None) -> str:
             ],
             rows,
         )
-        + f"\n\n`eagle3lab tune --engine {name}` on the same run, predicted vs measured:\n\n"
-        + "\n".join(tuned)
-        + "\n"
+        + f"\n\n`eagle3lab tune --engine {name}` on the same run (predicted from every other prompt, measured on the "
+        "rest):\n\n" + "\n".join(tuned) + "\n"
     )
 
 
