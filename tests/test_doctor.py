@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from eagle3lab.doctor.cli import main
 from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR, OK, WARNING
-from eagle3lab.doctor.launch import parse_launch
+from eagle3lab.doctor.reading import parse_launch
 from eagle3lab.regen.bench import serve_model as transformers_serve  # transformers serve by default
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"

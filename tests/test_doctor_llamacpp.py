@@ -30,13 +30,14 @@ import pytest
 from conftest import TRAINED_DRAFT
 from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR, OK, WARNING
-from eagle3lab.doctor.launch import fix_flags, parse_launch
+from eagle3lab.doctor.launch import fix_flags
 from eagle3lab.doctor.probe import PROBE_PROMPTS
+from eagle3lab.doctor.reading import parse_launch
+from eagle3lab.engines.llamacpp.build import source_dir
+from eagle3lab.engines.llamacpp.gguf import export_gguf
 from eagle3lab.io import InputError
 from eagle3lab.paths import ROOT
 from eagle3lab.serving.client import ServerClient
-from eagle3lab.serving.gguf import export_gguf
-from eagle3lab.serving.llamacpp import source_dir
 from eagle3lab.serving.processes import free_port
 
 K = 2

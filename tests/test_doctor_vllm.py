@@ -26,7 +26,8 @@ from safetensors.torch import load_file, save_file
 from conftest import TRAINED_DRAFT, ServerPool, wanted_by
 from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR, OK, WARNING
-from eagle3lab.doctor.launch import fix_flags, parse_launch
+from eagle3lab.doctor.launch import fix_flags
+from eagle3lab.doctor.reading import parse_launch
 from eagle3lab.paths import ROOT
 from eagle3lab.serving.client import ServerClient, ServerError
 from eagle3lab.serving.processes import free_port
@@ -64,7 +65,7 @@ def broken_draft(folder: Path, *, config: dict | None = None, drop: tuple[str, .
 
 
 def vllm_line(vllm, target, draft, *, port=8000, spec_edit=None) -> list[str]:
-    """The vLLM command eagle3lab.serving.vllm writes, its --speculative-config edited by spec_edit(dict)."""
+    """The vLLM command eagle3lab.engines.vllm.server writes, its --speculative-config edited by spec_edit(dict)."""
     cmd = vllm.launch_command(target, port=port, draft=draft, k=K if draft else 0)
     if spec_edit is not None:
         i = cmd.index("--speculative-config") + 1

@@ -9,11 +9,12 @@ import shutil
 import pytest
 
 from conftest import TRAINED_DRAFT, speculative_row
+from eagle3lab.engines.base import EngineMissing
+from eagle3lab.engines.llamacpp.build import server_path
+from eagle3lab.engines.llamacpp.gguf import SPEC_TYPE, draft_mismatches, gguf_facts
+from eagle3lab.engines.llamacpp.server import draft_gguf
 from eagle3lab.io import InputError
 from eagle3lab.paths import ROOT
-from eagle3lab.serving.engine import EngineMissing
-from eagle3lab.serving.gguf import draft_mismatches, gguf_facts
-from eagle3lab.serving.llamacpp import SPEC_TYPE, draft_gguf, server_path
 
 
 def test_a_missing_build_names_the_command_that_makes_it(monkeypatch, tmp_path):
@@ -66,7 +67,7 @@ def test_a_folder_that_is_not_a_draft_is_refused_before_export(llamacpp, llamacp
 
 
 def test_a_failed_export_leaves_nothing_a_later_run_would_trust(llamacpp, tmp_path):
-    from eagle3lab.serving.gguf import export_gguf
+    from eagle3lab.engines.llamacpp.gguf import export_gguf
 
     copy = tmp_path / "draft"
     shutil.copytree(ROOT / TRAINED_DRAFT, copy)
@@ -90,7 +91,7 @@ def test_the_trained_draft_speculates_in_llamacpp_and_greedy_output_equals_its_b
 
 
 def test_the_round_split_accepts_every_drafted_token_at_perfect_synthetic_acceptance(llamacpp, three_prompts):
-    from eagle3lab.benchmark.round_split import split_rounds
+    from eagle3lab.engines.llamacpp.round_split import split_rounds
 
     split = split_rounds(str(ROOT / TRAINED_DRAFT), max_steps=2, prompts=three_prompts[:2], tokens=24)
     one, two = split["rows"]

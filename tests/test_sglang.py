@@ -14,12 +14,12 @@ import yaml
 from eagle3lab import paths
 from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR
-from eagle3lab.doctor.launch import parse_launch
+from eagle3lab.doctor.reading import parse_launch
+from eagle3lab.engines.sglang import cli as sglang
+from eagle3lab.engines.sglang.bench import add_speedups, bench_server
+from eagle3lab.engines.sglang.launch import command_for_config, launch_command, parse_config
 from eagle3lab.io import InputError
-from eagle3lab.serving import sglang
-from eagle3lab.serving.bench import add_speedups, bench_server
 from eagle3lab.serving.client import ServerError
-from eagle3lab.serving.launch import command_for_config, launch_command, parse_config
 from eagle3lab.serving.processes import free_port, start_server, transformers_serve_command
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"

@@ -8,11 +8,13 @@ import json
 import pytest
 import torch
 
+from eagle3lab.benchmark import commands
 from eagle3lab.benchmark import tune as tune_module
 from eagle3lab.benchmark.costs import prefill_cost, read_costs, verify_cost
 from eagle3lab.benchmark.predict import accept_length, predict, predict_adaptive, rank_predictions, request_speedup
 from eagle3lab.benchmark.profile import AcceptanceProfile, depth_acceptance, rank_acceptance
 from eagle3lab.benchmark.systems import load_bench_draft
+from eagle3lab.benchmark.table import DO_NOT_SPECULATE
 from eagle3lab.decoding.config import SpecConfig, max_draft_tokens, valid_configs
 from eagle3lab.io import InputError
 from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
@@ -271,7 +273,7 @@ def test_chosen_flags_pass_the_doctor(tiny):
 
 
 def test_cli_defaults_come_from_the_settings_dataclass():
-    parser = tune_module.build_parser()
+    parser = commands.tune_parser()
     args = vars(parser.parse_args(["--draft", "d"]))
     defaults = tune_module.TuneSettings(draft="d")
     for name, value in vars(defaults).items():
@@ -285,7 +287,7 @@ def _run(tiny, tmp_path, costs: dict, capsys, top: int = 2) -> tuple[int, dict, 
     argv = ["--draft", str(tiny / "draft"), "--target", str(tiny / "target"), "--prompts", str(tiny / "prompts.jsonl")]
     argv += ["--costs", str(path), "--max-new-tokens", "12", "--top", str(top), "--output", str(out), "--quiet"]
     argv += ["--max-steps", "3", "--max-ndraft", "8", "--device", "cpu"]
-    rc = tune_module.main(argv)
+    rc = commands.tune(argv)
     printed = capsys.readouterr()
     return rc, json.loads(out.read_text()) if out.exists() else {}, printed.out + printed.err
 
@@ -310,7 +312,7 @@ def test_tune_end_to_end_and_do_not_speculate(tiny, tmp_path, capsys):
     if result["winner"]:
         assert result["decision"] == result["winner"]["label"] and result["doctor"]["exit_code"] == 0
     else:
-        assert result["decision"] == tune_module.DO_NOT_SPECULATE
+        assert result["decision"] == DO_NOT_SPECULATE
     # predict only: the best prediction wins, with its launch flags checked by the doctor
     rc, result, printed = _run(tiny, tmp_path, free, capsys, top=0)
     assert rc == 0 and result["benchmark"] is None and result["decision"] == result["predictions"][0]["label"]
@@ -318,7 +320,7 @@ def test_tune_end_to_end_and_do_not_speculate(tiny, tmp_path, capsys):
     # drafting is dear: nothing is predicted to pay, nothing is benchmarked, the answer is no speculation
     dear = free | {"draft_step": 10.0}
     rc, result, printed = _run(tiny, tmp_path, dear, capsys)
-    assert rc == 0 and result["decision"] == tune_module.DO_NOT_SPECULATE and result["benchmark"] is None
+    assert rc == 0 and result["decision"] == DO_NOT_SPECULATE and result["benchmark"] is None
     assert "do not speculate" in printed
     rc, result, printed = _run(tiny, tmp_path, {"target_step": 1.0}, capsys)
     assert rc == 2

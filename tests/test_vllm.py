@@ -9,12 +9,13 @@ import pytest
 from conftest import TRAINED_DRAFT, speculative_row
 from eagle3lab.benchmark.served import chain_shape
 from eagle3lab.benchmark.tune_engine import predict
+from eagle3lab.engines.base import EngineMissing, SpecCounters
+from eagle3lab.engines.vllm.environment import python_path
+from eagle3lab.engines.vllm.server import VLLM, parse_counters
 from eagle3lab.io import InputError
 from eagle3lab.paths import ROOT
 from eagle3lab.serving.client import ServerError
-from eagle3lab.serving.engine import EngineMissing, SpecCounters
 from eagle3lab.serving.processes import start_server
-from eagle3lab.serving.vllm import VLLM, parse_counters, python_path
 
 # what vLLM 0.32's /metrics prints, two engines (data parallel) and the per-position family
 METRICS = """

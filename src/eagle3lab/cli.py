@@ -15,8 +15,12 @@ COMMANDS = {
     ),
     "monitor": ("eagle3lab.regen.monitor", "main", "show progress of a regeneration run from its files"),
     "train": ("eagle3lab.train.cli", "main", "train an EAGLE-3 draft"),
-    "bench": ("eagle3lab.benchmark.run", "main", "benchmark drafts against the baseline and peers"),
-    "tune": ("eagle3lab.benchmark.tune", "main", "pick steps/topk/ndraft for a draft from its acceptance and costs"),
+    "bench": ("eagle3lab.benchmark.commands", "bench", "benchmark drafts against the baseline and peers"),
+    "tune": (
+        "eagle3lab.benchmark.commands",
+        "tune",
+        "pick steps/topk/ndraft for a draft from its acceptance and costs",
+    ),
     "doctor": (
         "eagle3lab.doctor.cli",
         "main",
@@ -27,10 +31,14 @@ COMMANDS = {
         "main",
         "serve the target with a draft in vLLM or llama.cpp on loopback, printing the line",
     ),
-    "export": ("eagle3lab.serving.gguf", "main", "write a draft's GGUF for llama.cpp, checked against the target"),
+    "export": (
+        "eagle3lab.engines.llamacpp.gguf",
+        "main",
+        "write a draft's GGUF for llama.cpp, checked against the target",
+    ),
     "stage": ("eagle3lab.pipeline.stages", "main", "run one pipeline stage notebook through papermill"),
     "sglang": (
-        "eagle3lab.serving.sglang",
+        "eagle3lab.engines.sglang.cli",
         "main",
         "build SGLang launch lines from a params profile and benchmark a server",
     ),

@@ -3,17 +3,14 @@ prompts in one run: accept length, tokens/s, speedups, identical-output rate, pe
 
 from __future__ import annotations
 
-import argparse
 import platform
-import sys
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 
+from eagle3lab.benchmark.engine_choice import eager_option, engine_option
 from eagle3lab.benchmark.prompts import Prompt, load_prompts
-from eagle3lab.benchmark.served import eager_option, engine_option
 from eagle3lab.benchmark.systems import (
     DEFAULT_DRAFT,
     PEERS,
@@ -29,10 +26,9 @@ from eagle3lab.decoding.config import BASELINE
 from eagle3lab.decoding.engine import MODES
 from eagle3lab.decoding.generation import Generation
 from eagle3lab.devices import DEVICE_HELP, resolve_device
-from eagle3lab.io import InputError, write_json
+from eagle3lab.io import InputError
 from eagle3lab.models.target import DEFAULT_TARGET
-from eagle3lab.options import add_options, from_options, option
-from eagle3lab.serving.client import ServerError
+from eagle3lab.options import option
 
 DEFAULT_CONFIGS = ("1,0,0,0", "1,3,1,4", "1,5,1,6")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -302,37 +298,3 @@ def to_dataframe(result: dict):
 
 def format_table(result: dict) -> str:
     return render_rows(result["rows"])
-
-
-# ---- CLI ---------------------------------------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eagle3lab bench", description=__doc__.split("\n")[0])
-    add_options(p, BenchSettings)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p
-
-
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    settings = from_options(args, BenchSettings)
-    try:
-        if settings.engine == "local":
-            result = run_benchmark(settings=settings, progress=not args.quiet)
-            print(format_table(result))
-        else:
-            from eagle3lab.benchmark.served import SERVED_COLUMNS, run_served_benchmark
-
-            result = run_served_benchmark(settings)
-            print(render_rows(result["rows"], SERVED_COLUMNS))
-    except (InputError, ValueError) as e:
-        print(f"eagle3lab bench: {e}", file=sys.stderr)
-        return 2
-    except ServerError as e:  # a served engine that failed to start or died: its log's tail is in the message
-        print(f"eagle3lab bench: {e}", file=sys.stderr)
-        return 1
-    if settings.output:
-        write_json(Path(settings.output), result)
-        print(f"wrote {settings.output}")
-    return 0

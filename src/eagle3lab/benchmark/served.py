@@ -14,30 +14,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from eagle3lab.benchmark.engine_choice import make_engine
 from eagle3lab.benchmark.prompts import Prompt, load_prompts
 from eagle3lab.benchmark.systems import DEFAULT_DRAFT, config_label, parse_system_config
 from eagle3lab.benchmark.table import CONFIG, KEY, Column
 from eagle3lab.decoding.config import BASELINE, SpecConfig
-from eagle3lab.devices import resolve_device
+from eagle3lab.engines.base import Engine
 from eagle3lab.io import InputError
 from eagle3lab.models.target import resolve
-from eagle3lab.options import option
 from eagle3lab.serving.client import ServerClient
-from eagle3lab.serving.engine import ENGINE_NAMES, Engine
 from eagle3lab.serving.processes import free_port
-
-ENGINES = ("local", *ENGINE_NAMES)
-
-
-def engine_option(local_help: str, served_help: str):
-    """The `engine` field of BenchSettings and TuneSettings: which engine, and what each kind does there."""
-    return option("local", f"local ({local_help}), vllm or llamacpp ({served_help})", choices=ENGINES)
-
-
-def eager_option():
-    """The `eager` field of BenchSettings and TuneSettings (vLLM's compile mode)."""
-    return option(False, "vllm: --enforce-eager instead of vLLM's default inductor compile")
-
 
 SERVED_COLUMNS = (
     *KEY,
@@ -50,20 +36,6 @@ SERVED_COLUMNS = (
     Column("x local", "speedup_vs_local", 7, ".2f"),
     Column("ident", "identical_rate", 5, ".2f"),
 )
-
-
-def make_engine(settings) -> Engine:
-    """The engine `settings.engine` names, with the benchmark's dtype and compile mode (vLLM) or target (llama.cpp:
-    its GGUF is the wheel's own, so dtype does not apply)."""
-    if settings.engine == "vllm":
-        from eagle3lab.serving.vllm import VLLM
-
-        return VLLM(dtype=settings.dtype, compile=not settings.eager, device=resolve_device(settings.device).type)
-    if settings.engine == "llamacpp":
-        from eagle3lab.serving.llamacpp import LlamaCpp
-
-        return LlamaCpp(target_spec=settings.target)
-    raise InputError(f"--engine: expected one of {', '.join(ENGINES)}, got {settings.engine!r}")
 
 
 THRESHOLDS = {"llamacpp"}  # engines that stop a chain early below a draft probability (llama.cpp's p-min)

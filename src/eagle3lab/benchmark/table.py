@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DO_NOT_SPECULATE = "do not speculate"  # tune's decision where no shape beats the baseline
+
 
 @dataclass(frozen=True)
 class Column:

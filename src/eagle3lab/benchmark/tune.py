@@ -10,30 +10,25 @@ baseline.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 
 from eagle3lab.benchmark.costs import measure_forward_costs, read_costs
+from eagle3lab.benchmark.engine_choice import eager_option, engine_option
 from eagle3lab.benchmark.predict import rank_predictions
 from eagle3lab.benchmark.profile import CHAIN_DEPTH, TREE_TOPK, measure_profile
 from eagle3lab.benchmark.prompts import load_prompts
 from eagle3lab.benchmark.run import DTYPES, run_benchmark, split_list
-from eagle3lab.benchmark.served import eager_option, engine_option
 from eagle3lab.benchmark.systems import eos_ids, load_bench_draft, parse_system_config
-from eagle3lab.benchmark.table import Column, render_rows
+from eagle3lab.benchmark.table import DO_NOT_SPECULATE, Column, render_rows
 from eagle3lab.devices import DEVICE_HELP, resolve_device
-from eagle3lab.io import InputError, write_json
+from eagle3lab.io import InputError
 from eagle3lab.models.target import DEFAULT_TARGET
-from eagle3lab.options import add_options, from_options, option
+from eagle3lab.options import option
 from eagle3lab.paths import ARTIFACTS
-from eagle3lab.serving.client import ServerError
-
-DO_NOT_SPECULATE = "do not speculate"
 
 
 @dataclass
@@ -88,8 +83,8 @@ def predicted_vs_measured(predictions: list[dict], rows: list[dict]) -> list[dic
 def launch_flags(target: str, draft: str, label: str) -> tuple[list[str], dict]:
     """The SGLang launch line for a tuned shape and the doctor's verdict on it (import late: the doctor is heavy)."""
     from eagle3lab.doctor.diagnosis import diagnose
+    from eagle3lab.engines.sglang.launch import launch_command
     from eagle3lab.models.target import resolve
-    from eagle3lab.serving.launch import launch_command
 
     config, _ = parse_system_config(label)
     command = launch_command(
@@ -275,36 +270,3 @@ def _model_line(requests: dict | None) -> str:
         f"{requests['prompt_tokens_mean']:.0f} tokens, {requests['generated_tokens_mean']:.0f} generated, on average); "
         "decode: decoding alone"
     )
-
-
-# ---- CLI ---------------------------------------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eagle3lab tune", description=__doc__.split("\n")[0])
-    add_options(p, TuneSettings)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p
-
-
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    settings = from_options(args, TuneSettings)
-    try:
-        if settings.engine == "local":
-            result = tune(settings, progress=not args.quiet)
-            print(format_result(result))
-        else:
-            from eagle3lab.benchmark.tune_engine import format_engine_result, tune_in_engine
-
-            result = tune_in_engine(settings) | {"settings": asdict(settings)}
-            print(format_engine_result(result))
-    except (InputError, ValueError) as e:
-        print(f"eagle3lab tune: {e}", file=sys.stderr)
-        return 2
-    except ServerError as e:  # a served engine that failed to start or died: its log's tail is in the message
-        print(f"eagle3lab tune: {e}", file=sys.stderr)
-        return 1
-    write_json(Path(settings.output), result)
-    print(f"wrote {settings.output}")
-    return 0

@@ -24,9 +24,9 @@ import shlex
 import statistics
 from pathlib import Path
 
-from eagle3lab.benchmark.served import THRESHOLDS, chain_shape, make_engine, run_served_benchmark
-from eagle3lab.benchmark.table import Column, render_rows
-from eagle3lab.benchmark.tune import DO_NOT_SPECULATE
+from eagle3lab.benchmark.engine_choice import make_engine
+from eagle3lab.benchmark.served import THRESHOLDS, chain_shape, run_served_benchmark
+from eagle3lab.benchmark.table import DO_NOT_SPECULATE, Column, render_rows
 from eagle3lab.decoding.config import BASELINE
 from eagle3lab.io import InputError
 

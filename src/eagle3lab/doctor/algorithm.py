@@ -4,7 +4,6 @@ and the aux layers the engine captures vs the target's depth and width and vs th
 
 from __future__ import annotations
 
-from eagle3lab.doctor import vllm
 from eagle3lab.doctor.artifacts import DraftInfo, TargetInfo
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
 from eagle3lab.doctor.launch import EAGLE3_ALGORITHMS, EAGLE_ALGORITHMS, Launch, fix_flags
@@ -40,11 +39,7 @@ def check_algorithm(launch: Launch, draft: DraftInfo | None, target: TargetInfo 
         ]
     ht = target.hidden_size if target else draft.target_hidden_size
     if kind == "eagle3" and algo in EAGLE_ALGORITHMS:
-        return [
-            _vllm_eagle3_under_eagle(launch, draft, ev)
-            if launch.engine == "vllm"
-            else _fc_bypassed(launch, draft, ht, ev)
-        ]
+        return [launch.syntax.eagle3_under_eagle(launch, draft, ev) or _fc_bypassed(launch, draft, ht, ev)]
     if kind == "eagle" and algo in EAGLE3_ALGORITHMS:
         return [
             Finding(
@@ -139,64 +134,6 @@ def _fc_bypassed(launch: Launch, draft: DraftInfo, ht: int | None, ev: list[str]
         ],
         fix=fix_flags(launch, algorithm="EAGLE3"),
     )
-
-
-def _vllm_eagle3_under_eagle(launch: Launch, draft: DraftInfo, ev: list[str]) -> Finding:
-    """vLLM under method eagle builds an EAGLE-1 class for the draft, which an EAGLE-3 checkpoint cannot fill."""
-    arch = (draft.architectures or ["(none)"])[0]
-    resolved = vllm.draft_architecture("eagle", arch)
-    why = f"vLLM {'builds' if resolved in vllm.DRAFT_CLASSES else 'looks for'} {resolved} for it: " + (
-        "an EAGLE-1 class with a 2 x H fc and no d2t, so the weights do not load"
-        if resolved in vllm.DRAFT_CLASSES
-        else f"Model architectures ['{resolved}'] are not supported"
-    )
-    return Finding(
-        "algorithm",
-        ERROR,
-        f"EAGLE-3 draft served with method {vllm.ALGORITHM_METHODS[launch.algorithm]!r}: vLLM will not start",
-        ev + [why, 'EAGLE-3 drafts need "method": "eagle3" (the target then captures the three aux states)'],
-        fix=fix_flags(launch, algorithm="EAGLE3"),
-    )
-
-
-def check_architecture(launch: Launch | None, draft: DraftInfo | None) -> list[Finding]:
-    """vLLM picks the draft's model class from its config's architecture name (prefixed for the method); a name that
-    maps to another family's class starts without a complaint, with the layers this checkpoint lacks left at init."""
-    if launch is None or launch.engine != "vllm" or draft is None or draft.kind not in vllm.LLAMA_CLASSES:
-        return []
-    method = vllm.ALGORITHM_METHODS.get(launch.algorithm or "")
-    if method is None or (method == "eagle" and draft.kind == "eagle3"):
-        return []  # check_algorithm reports the method
-    cfg = draft.path / "config.json"
-    qwen3 = vllm.QWEN3_MARK in draft.shapes
-    want = "Eagle3Qwen3ForCausalLM" if qwen3 else vllm.LLAMA_CLASSES[method]
-    fix = f'"architectures": ["{want if qwen3 else vllm.LLAMA_NAMES[method]}"] in {cfg}'
-    if not draft.architectures:
-        return [
-            Finding(
-                "architecture",
-                ERROR,
-                "config.json names no architectures: vLLM cannot build the draft",
-                [str(cfg)],
-                fix=fix,
-            )
-        ]
-    resolved = vllm.draft_architecture(method, draft.architectures[0])
-    cls = vllm.DRAFT_CLASSES.get(resolved)
-    ev = [
-        f"{cfg}: architectures {draft.architectures}",
-        f'under "method": "{method}" vLLM resolves {draft.architectures[0]} -> {resolved}'
-        + (f", run by {cls}" if cls else ""),
-        f"the checkpoint holds one {'Qwen3' if qwen3 else 'Llama'} decoder layer: it needs {want}",
-    ]
-    if cls is None:
-        return [
-            Finding("architecture", ERROR, f"vLLM refuses to start: {resolved} is not a draft it knows", ev, fix=fix)
-        ]
-    if cls != want:
-        ev.append("vLLM starts without a complaint; the layers this checkpoint lacks keep their initial values")
-        return [Finding("architecture", ERROR, f"vLLM builds the draft as {cls}, not {want}", ev, fix=fix)]
-    return [Finding("architecture", OK, f"vLLM builds the draft as {cls}", ev)]
 
 
 def check_aux_layers(draft: DraftInfo | None, target: TargetInfo | None, launch: Launch | None) -> list[Finding]:

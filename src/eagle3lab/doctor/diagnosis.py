@@ -3,7 +3,7 @@ unreadable inputs become findings, never tracebacks.
 
 The launch line may be SGLang's, vLLM's or llama.cpp's llama-server (`parse_launch` tells them apart); the server may
 be any of them (SGLang's /server_info, vLLM's /metrics, llama-server's /props). With llama.cpp the draft and target are
-GGUF files (the line's -md / -m, or --draft / --target ending in .gguf), checked by doctor.llamacpp.
+GGUF files (the line's -md / -m, or --draft / --target ending in .gguf), checked by engines.llamacpp.rules.
 
 Library use (a notebook):
     report = diagnose(launch="python -m sglang.launch_server ...", draft="artifacts/draft",
@@ -19,14 +19,15 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3lab.doctor import llamacpp
-from eagle3lab.doctor.algorithm import check_algorithm, check_architecture, check_aux_layers
+from eagle3lab.doctor.algorithm import check_algorithm, check_aux_layers
 from eagle3lab.doctor.artifacts import DoctorInputError, DraftInfo, TargetInfo, read_draft, read_target_config
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding, Report
-from eagle3lab.doctor.launch import Launch, parse_launch
-from eagle3lab.doctor.probe import ACCEPT_LOW, check_server
+from eagle3lab.doctor.launch import Launch
+from eagle3lab.doctor.probe import ACCEPT_LOW, ProbeSettings
+from eagle3lab.doctor.reading import check_server, parse_launch
 from eagle3lab.doctor.settings import check_context_length, check_launch_vs_draft_path, check_spec_params
 from eagle3lab.doctor.vocab import check_draft_vocab
+from eagle3lab.engines.registry import ENGINES
 from eagle3lab.options import option
 
 
@@ -120,10 +121,10 @@ def diagnose(
         raise ValueError("diagnose needs at least one of launch, draft, target, server")
     findings: list[Finding] = []
     parsed = parse_launch(launch) if launch else None
-    gguf = llamacpp.gguf_pair(parsed, draft, target)
-    if gguf is not None:  # GGUF files are llama.cpp's own checks, not a checkpoint folder or a target config
-        draft = None if llamacpp.is_gguf(draft) else draft
-        target = None if llamacpp.is_gguf(target) else target
+    gguf = _engine_files(parsed, draft, target)
+    if gguf is not None:  # an engine's own files (llama.cpp's GGUFs) get its checks, not a folder's or a config's
+        draft = None if gguf.owns(draft) else draft
+        target = None if gguf.owns(target) else target
     if parsed is not None:
         findings += _launch_findings(parsed, draft)
     # target and draft: the arguments, else the launch line's paths when they are local folders
@@ -142,8 +143,8 @@ def diagnose(
                 fix="--target PATH|ID",
             )
         )
-    if target_info is None and gguf is not None and gguf.target:
-        target_info = llamacpp.target_info(gguf.target)  # the target GGUF's layers, width, vocab and context
+    if target_info is None and gguf is not None:
+        target_info = gguf.target_info()  # the target file's layers, width, vocab and context
     draft_spec = draft or (parsed.draft_path if parsed and _local_dir(parsed.draft_path) else None)
     draft_info = None
     if draft_spec:
@@ -153,16 +154,8 @@ def diagnose(
     server_launch = None
     if server:
         expect = bool(draft_info) or bool(parsed and parsed.speculative) or bool(gguf and gguf.draft)
-        more, server_launch = check_server(
-            server,
-            parsed,
-            expect_speculation=expect,
-            probes=probes,
-            probe_tokens=probe_tokens,
-            timeout=timeout,
-            low=low_accept,
-            transport=transport,
-        )
+        settings = ProbeSettings(expect, probes, probe_tokens, low_accept)
+        more, server_launch = check_server(server, parsed, settings, timeout=timeout, transport=transport)
         findings += more
         # without a launch line, the server's own args name the draft and target; use them when they are local
         if parsed is None and server_launch is not None:
@@ -199,17 +192,28 @@ def _launch_findings(parsed: Launch, draft: str | Path | None) -> list[Finding]:
     return [launch, *check_launch_vs_draft_path(parsed, str(draft) if draft else None)]
 
 
+def _engine_files(launch: Launch | None, draft, target):
+    """The engine's own draft and target files the inputs name (llama.cpp's GGUFs), or None."""
+    for entry in ENGINES.values():
+        files = entry.files(launch, draft, target) if entry.files else None
+        if files is not None:
+            return files
+    return None
+
+
 def static_checks(
-    launch: Launch | None, draft: DraftInfo | None, target: TargetInfo | None, gguf: llamacpp.GGUFPair | None = None
+    launch: Launch | None, draft: DraftInfo | None, target: TargetInfo | None, files=None
 ) -> list[Finding]:
-    """Every check that needs no server, on whatever of launch / draft / target is known. With llama.cpp the GGUF pair
-    is what is served (layers, widths, vocab, d2t); a draft folder then only says what the draft was trained on."""
-    if gguf is not None:
-        return llamacpp.static_checks(launch, gguf, draft) + check_context_length(draft, target, launch)
+    """Every check that needs no server, on whatever of launch / draft / target is known. With an engine's own files
+    (llama.cpp's GGUF pair) those are what is served (layers, widths, vocab, d2t); a draft folder then only says what
+    the draft was trained on."""
+    if files is not None:
+        return files.checks(launch, draft) + check_context_length(draft, target, launch)
     findings = []
     if launch is not None and (launch.speculative or draft is not None):
         findings += check_algorithm(launch, draft, target)
-    findings += check_architecture(launch, draft)
+    if launch is not None and draft is not None:
+        findings += launch.syntax.draft_checks(launch, draft, target)
     findings += check_aux_layers(draft, target, launch)
     findings += check_draft_vocab(draft, target)
     findings += check_context_length(draft, target, launch)

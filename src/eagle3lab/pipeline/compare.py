@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3lab.pipeline.report import _load, _table
-from eagle3lab.serving.engine import ENGINE_NAMES
+from eagle3lab.engines.registry import SERVED_TITLES
+from eagle3lab.pipeline import report_tables
 
 
 # Headline figures for `--compare`: what a rerun should reproduce. "count": exact on any machine (records,
@@ -19,26 +19,26 @@ def headline(metrics: Path) -> list[tuple[str, str, float]]:
         if isinstance(value, (int, float)):
             figures.append((name, kind, float(value)))
 
-    if d := _load(metrics, "diagnosis"):
+    if d := report_tables.load_metrics(metrics, "diagnosis"):
         for m in d["modes"]:
             add(f"diagnosis {m['mode']}: accept length", "quality", m["accept_length"])
             add(f"diagnosis {m['mode']}: vs baseline", "speed", m["speedup_vs_baseline"])
         for launch in ("wrong", "fixed"):
             add(f"diagnosis doctor exit ({launch} launch)", "count", d["doctor"][launch]["exit_code"])
-    if s := _load(metrics, "survey"):
+    if s := report_tables.load_metrics(metrics, "survey"):
         for name, inv in s["inventory"].items():
             add(f"survey {name}: records", "count", inv["records"])
         for name, score in s.get("onpolicy", {}).items():
             add(f"survey {name}: on-policy NLL", "quality", score["nll"])
         add("mixture train", "count", s["mixture"]["train"])
         add("mixture val", "count", s["mixture"]["val"])
-    if r := _load(metrics, "regen"):
+    if r := report_tables.load_metrics(metrics, "regen"):
         for key in ("success", "errors", "skipped"):
             add(f"regen {key}", "count", r[key])
         add("regen new tokens", "quality", r["new_tokens"])
         add("regen tok/s", "speed", r["tokens_per_s"])
     drafts = set()
-    if t := _load(metrics, "train"):
+    if t := report_tables.load_metrics(metrics, "train"):
         drafts = {Path(t["final"]).name} | {d["name"] for d in t["drafts"]}
         for d in t["drafts"]:
             add(
@@ -47,7 +47,7 @@ def headline(metrics: Path) -> list[tuple[str, str, float]]:
                 ((d["final_val"] or {}).get("acc_pos") or [None])[0],
             )
             add(f"train {d['name']}: tok/s", "speed", d["tokens_per_s"])
-    if b := _load(metrics, "benchmark"):
+    if b := report_tables.load_metrics(metrics, "benchmark"):
         for row in b["final"]["rows"]:
             label = f"benchmark {row['set']} {row['system']}"
             if row["config"] == b["best_config"]:  # named "best", not by config: two runs may pick different ones
@@ -56,7 +56,7 @@ def headline(metrics: Path) -> list[tuple[str, str, float]]:
             elif row["system"] not in ("baseline", *drafts):  # peers, and third-party drafts at each config
                 config = f" {row['config']}" if row["draft"] else ""
                 add(f"{label}{config}: vs baseline", "speed", row["speedup_vs_baseline"])
-        for engine, shown in ENGINE_NAMES.items():
+        for engine, shown in SERVED_TITLES.items():
             for row in (b.get(engine) or {}).get("rows", []):
                 if row["engine"] == engine and row["draft"]:
                     label = f"benchmark {engine} {row['set']} {row['system']} {row['config']}"
@@ -66,7 +66,7 @@ def headline(metrics: Path) -> list[tuple[str, str, float]]:
             if r["label"] == b["tuned"]["config"]:  # named "tuned", not by config, like "best" above
                 add("benchmark tuned config: predicted speedup", "speed", r["speedup"])
                 add("benchmark tuned config: measured speedup", "speed", r["measured_speedup"])
-    if c := _load(metrics, "scaling"):
+    if c := report_tables.load_metrics(metrics, "scaling"):
         add("scaling break-even accept length", "speed", c["break_even_tau"])
         if c.get("tuned"):
             add("scaling break-even accept length, tuned config", "speed", c["tuned"]["break_even_tau"])
@@ -91,4 +91,4 @@ def compare(reference: Path, other: Path) -> str:
                 "-" if ratio is None else f"{ratio:.3f}",
             ]
         )
-    return _table(["figure", "kind", str(reference), str(other), "ratio"], rows)
+    return report_tables.table(["figure", "kind", str(reference), str(other), "ratio"], rows)

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3lab.benchmark.tune import DO_NOT_SPECULATE
-from eagle3lab.pipeline import report  # its table helpers; report imports this module for its engine sections
-from eagle3lab.serving.engine import ENGINE_NAMES
+from eagle3lab.benchmark.table import DO_NOT_SPECULATE
+from eagle3lab.engines.registry import SERVED_TITLES
+from eagle3lab.pipeline import report_tables
 
 
 def served(b: dict) -> str:
     """Everything stage 04 measured in real engines (nothing for metrics from before they joined)."""
     return (
-        "".join(_in_engine(name, b.get(name)) for name in ENGINE_NAMES) + _split(b.get("llamacpp_split")) + _engines(b)
+        "".join(_in_engine(name, b.get(name)) for name in SERVED_TITLES) + _split(b.get("llamacpp_split")) + _engines(b)
     )
 
 
@@ -35,7 +35,7 @@ def diagnosis_llamacpp(rows: list[dict] | None, config: str) -> str:
     return (
         f"\nIn llama.cpp (the Q4_1 GGUF target, the same draft as GGUF, n-max {config.split(',')[1]}; vs llama.cpp's "
         "own baseline):\n\n"
-        + report._table(["llama-server", "accept length", "tok/s", "vs baseline", "identical output"], table)
+        + report_tables.table(["llama-server", "accept length", "tok/s", "vs baseline", "identical output"], table)
         + "\n"
     )
 
@@ -52,8 +52,8 @@ def _in_engine(name: str, v: dict | None) -> str:
     engine joined)."""
     if not v:
         return ""
-    shown = ENGINE_NAMES[name]
-    rows = report._cells(
+    shown = SERVED_TITLES[name]
+    rows = report_tables.cells(
         [r for r in v["rows"] if r["engine"] == name],
         (
             "set",
@@ -78,7 +78,7 @@ def _in_engine(name: str, v: dict | None) -> str:
     return (
         f"\nIn {shown} ({_how_served(name, v['meta'])}, one server per draft and shape, the same prompts; acceptance "
         f"from {shown}'s counters; speedups against {shown}'s own baseline, the local engine's and HF generate):\n\n"
-        + report._table(
+        + report_tables.table(
             [
                 "set",
                 "system",
@@ -101,7 +101,7 @@ def engines_table(b: dict, set_name: str = "mtbench") -> list[dict]:
     """For each draft, each engine at its fastest measured config on `set_name` (the baseline, when no config beats
     it: do not speculate), against that engine's own baseline and against the fastest baseline of all engines; and
     the config `tune` picked there (stage 04 tunes the final draft locally and every draft in each real engine)."""
-    runs = {"local": b["final"]["rows"], **{name: b[name]["rows"] for name in ENGINE_NAMES if b.get(name)}}
+    runs = {"local": b["final"]["rows"], **{name: b[name]["rows"] for name in SERVED_TITLES if b.get(name)}}
     # an engine's run also carries the local peers measured beside it: keep each engine's own rows
     mine = {
         engine: [r for r in rows if r["set"] == set_name and r.get("engine", "local") == engine]
@@ -112,7 +112,7 @@ def engines_table(b: dict, set_name: str = "mtbench") -> list[dict]:
     }
     picks = {
         "local": {Path(b["final"]["meta"]["drafts"][0]).name: b["tuned"]["decision"]},
-        **{name: {d: t["decision"] for d, t in b[name]["tuned"].items()} for name in ENGINE_NAMES if b.get(name)},
+        **{name: {d: t["decision"] for d, t in b[name]["tuned"].items()} for name in SERVED_TITLES if b.get(name)},
     }
     fastest = max(baselines.values())
     drafts = dict.fromkeys(r["system"] for rows in mine.values() for r in rows if r["draft"])
@@ -148,11 +148,11 @@ def _engines(b: dict) -> str:
     rows = engines_table(b)
     if len({r["engine"] for r in rows}) < 2:
         return ""
-    shown = {"local": "local", **ENGINE_NAMES}
+    shown = {"local": "local", **SERVED_TITLES}
     return (
         "\nOne table of engines (MT-bench, same prompts; each engine at its fastest measured config, or its baseline "
         "where none beats it; and the config `tune` picked there, in a real engine from every other prompt):\n\n"
-        + report._table(
+        + report_tables.table(
             [
                 "draft",
                 "engine",
@@ -204,7 +204,7 @@ def _split(split: dict | None) -> str:
         f"\nWhere a llama.cpp round's time goes (plain step {split['step_s'] * 1e3:.1f} ms/token, {split['prompts']} "
         "MT-bench prompts; verify from llama-server's own prompt timings; rounds with every drafted token accepted, "
         "llama.cpp's synthetic acceptance):\n\n"
-        + report._table(
+        + report_tables.table(
             [
                 "n-max k",
                 "verify ms",

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eagle3lab.devices import DEVICE_HELP, clock, resolve_device
+from eagle3lab.engines.base import EngineMissing
 from eagle3lab.io import InputError, write_jsonl
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import add_options, from_options, option
@@ -30,7 +31,6 @@ from eagle3lab.regen.errors import RegenError
 from eagle3lab.regen.inputs import PromptLength, SkippedRow, plan_conversation
 from eagle3lab.regen.run import regenerate
 from eagle3lab.regen.settings import DTYPES
-from eagle3lab.serving.engine import EngineMissing
 from eagle3lab.serving.processes import ServerError, free_port, start_server, transformers_serve_command
 
 SERVER_ENGINES = ("transformers", "vllm")
@@ -68,7 +68,7 @@ class BenchSettings:
 def _start(engine: str, model_dir, port: int, dtype: str, device: str, compile: bool, timeout: float, log_path):
     """The server's start (a context manager from eagle3lab.serving): the engine decides only the launch line."""
     if engine == "vllm":
-        from eagle3lab.serving.vllm import VLLM
+        from eagle3lab.engines.vllm.server import VLLM
 
         where = "cuda" if resolve_device(device).type == "cuda" else "cpu"
         vllm = VLLM(dtype=dtype, compile=compile, startup_timeout=timeout, device=where)

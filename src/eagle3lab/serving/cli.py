@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from eagle3lab.benchmark.served import ENGINES, make_engine
+from eagle3lab.benchmark.engine_choice import ENGINES, make_engine
 from eagle3lab.io import InputError
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import add_options, from_options, option

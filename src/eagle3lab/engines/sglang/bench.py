@@ -13,9 +13,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from eagle3lab.engines.sglang.launch import parse_config
 from eagle3lab.io import InputError
 from eagle3lab.serving.client import Completion, ServerClient, ServerError, accept_length
-from eagle3lab.serving.launch import parse_config
 
 
 @dataclass

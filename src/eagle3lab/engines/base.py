@@ -1,24 +1,24 @@
-"""The engine layer's one interface. A serving engine (vLLM and llama.cpp; SGLang beside them) is one module with
-the same few verbs: its environment or build, the target as it loads it, the launch line for a target, a draft and a
-draft length, the server's start on loopback (health first), one greedy request by token ids, its own speculation
-counters, and the stop of its process group. The benchmark, the doctor and tune ask an engine for these and never
-fork per engine."""
+"""The engine layer's interfaces. A served engine (vLLM, llama.cpp) offers the same few verbs (`Engine`): the
+target as it loads it, the launch line for a target, a draft and a draft length, the server's start on loopback
+(health first), one greedy request by token ids, its own speculation counters, and the stop of its process group.
+Every engine folder, SGLang's too, registers one `EngineEntry`: its launch-line reader, its server probe, the
+draft-config fields it reads, and its served engine where it runs here. The benchmark, the doctor and tune ask an
+engine for these and never fork per engine."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from eagle3lab.io import InputError
 from eagle3lab.serving.client import Completion, ServerClient
 from eagle3lab.serving.processes import Server
-
-ENGINE_NAMES = {"vllm": "vLLM", "llamacpp": "llama.cpp"}  # the served engines' modules, as their users write them
 
 
 class EngineMissing(InputError):
@@ -102,7 +102,7 @@ def parse_spec_counters(text: str, prefix: str) -> SpecCounters | None:
 
 
 class Engine(Protocol):
-    """What every engine module offers (`serving.vllm.VLLM`, `serving.llamacpp.LlamaCpp`)."""
+    """What every served engine offers (`engines.vllm.server.VLLM`, `engines.llamacpp.server.LlamaCpp`)."""
 
     name: str
 
@@ -129,3 +129,30 @@ class Engine(Protocol):
 
     def counters(self, client: ServerClient) -> SpecCounters | None:
         """The server's cumulative speculation counters; None when it does not speculate."""
+
+
+@dataclass(frozen=True)
+class DraftField:
+    """One draft config.json field an engine reads: what it switches (`role`: capture, fc, vocab, positions, shape,
+    or class), what the engine does with it, and what it does with a bad or missing value (`silent`: it still
+    starts and serves, slower or worse, without a word)."""
+
+    name: str  # dotted for nested keys: eagle_config.eagle_aux_hidden_state_layer_ids
+    role: str
+    effect: str
+    when_bad: str
+    silent: bool
+
+
+@dataclass(frozen=True)
+class EngineEntry:
+    """One engine folder as the rest of the package sees it (`engines.registry.ENGINES`)."""
+
+    name: str  # the folder's name, as `--engine` takes it
+    title: str  # as its users write it
+    reads: Callable[[list[str]], bool]  # is this argv a launch line of this engine
+    read_launch: Callable[[Any], Any]  # fill the doctor's Launch from it
+    check_server: Callable[..., Any]  # (client, launch, ProbeSettings) -> (findings, launch) or None: not this engine
+    fields: tuple[DraftField, ...]  # every draft config field it reads
+    server: Callable[..., Engine] | None = None  # the served engine, where it runs here
+    files: Callable[..., Any] | None = None  # (launch, draft, target) -> its own draft/target files, or None

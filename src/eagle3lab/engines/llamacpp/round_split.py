@@ -13,7 +13,7 @@ From those: a round pays when its accept length beats t_round / t_step, so break
 t_step and 2x needs twice that; the measured tok/s at perfect acceptance (accept length k+1) says whether any draft,
 however good, can pay at k.
 
-    python -m eagle3lab.benchmark.round_split --draft drafts/smollm2-original-6960 [--max-steps 3]
+    python -m eagle3lab.engines.llamacpp.round_split --draft drafts/smollm2-original-6960 [--max-steps 3]
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from pathlib import Path
 from eagle3lab.benchmark.prompts import load_prompts
 from eagle3lab.benchmark.served import measure_server
 from eagle3lab.benchmark.table import Column, render_rows
+from eagle3lab.engines.llamacpp.server import LlamaCpp, read_completion
 from eagle3lab.io import InputError, write_json
 from eagle3lab.models.target import DEFAULT_TARGET, resolve
 from eagle3lab.serving.client import ServerClient
-from eagle3lab.serving.llamacpp import LlamaCpp, read_completion
 from eagle3lab.serving.processes import free_port
 
 
@@ -118,7 +118,7 @@ def format_split(split: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m eagle3lab.benchmark.round_split", description=__doc__.split("\n")[0]
+        prog="python -m eagle3lab.engines.llamacpp.round_split", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--draft", required=True, help="draft folder (SGLang format) or draft GGUF")
     parser.add_argument("--target", default=DEFAULT_TARGET)

@@ -1,9 +1,9 @@
 """SGLang on GPUs from a params profile: print the launch command, or benchmark a running server or one server
-launched per config (doctor first) through eagle3lab.serving.bench.
+launched per config (doctor first) through eagle3lab.engines.sglang.bench.
 
-    python -m eagle3lab.serving.sglang launch-command --params params/gpu-llama3-8b.yaml [--config 1,3,1,4]
-    python -m eagle3lab.serving.sglang bench --params params/gpu-llama3-8b.yaml --launch   # one server per config
-    python -m eagle3lab.serving.sglang bench --params params/gpu-llama3-8b.yaml --url http://127.0.0.1:30000
+    python -m eagle3lab.engines.sglang.cli launch-command --params params/gpu-llama3-8b.yaml [--config 1,3,1,4]
+    python -m eagle3lab.engines.sglang.cli bench --params params/gpu-llama3-8b.yaml --launch   # one server per config
+    python -m eagle3lab.engines.sglang.cli bench --params params/gpu-llama3-8b.yaml --url http://127.0.0.1:30000
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import httpx
 
+from eagle3lab.engines.sglang.bench import add_speedups, bench_server
+from eagle3lab.engines.sglang.launch import BASELINE_CONFIG, command_for_config, parse_config
 from eagle3lab.io import InputError, write_json
-from eagle3lab.serving.bench import add_speedups, bench_server
 from eagle3lab.serving.client import ServerError
-from eagle3lab.serving.launch import BASELINE_CONFIG, command_for_config, parse_config
 from eagle3lab.serving.processes import start_server
 
 
@@ -97,7 +97,7 @@ def _bench_prompts(target: str, bench_params: dict, limit: int | None):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.serving.sglang", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.engines.sglang.cli", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     lc = sub.add_parser("launch-command", help="print the SGLang launch command of a params profile")
     lc.add_argument("--params", type=Path, required=True, help="params file with an `sglang:` section")
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             result["meta"].setdefault("runs", []).append(part["meta"])
         add_speedups(result["rows"])
     except (InputError, ServerError, httpx.HTTPError) as e:
-        print(f"eagle3lab.serving.sglang: {e}", file=sys.stderr)
+        print(f"eagle3lab.engines.sglang.cli: {e}", file=sys.stderr)
         return 2 if isinstance(e, InputError) else 1
     print(format_rows(result["rows"]))
     if args.output:

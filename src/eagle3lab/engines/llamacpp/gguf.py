@@ -16,8 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from eagle3lab.engines.base import check_draft_folder
+from eagle3lab.engines.llamacpp.build import source_dir
 from eagle3lab.io import InputError
 
+SPEC_TYPE = "draft-eagle3"  # llama.cpp's speculative type for EAGLE-3 drafts; others bypass them silently
 DRAFT_ARCH = "eagle3"  # general.architecture of an EAGLE-3 draft GGUF (llama.cpp's src/models/eagle3.cpp)
 
 
@@ -149,8 +152,6 @@ def export_gguf(draft: str | os.PathLike, target_spec: str, out: str | os.PathLi
     """Convert an SGLang-format draft folder to a bf16 GGUF for `target_spec` and check it against the target's
     GGUF; written to a temporary name and renamed, so a killed export leaves no half-written file."""
     from eagle3lab.models.target import embedded_gguf, resolve
-    from eagle3lab.serving.engine import check_draft_folder
-    from eagle3lab.serving.llamacpp import source_dir
 
     check_draft_folder(draft, "the GGUF export (llama.cpp)")
     out = Path(out) if out else default_output(draft)

@@ -1,0 +1,68 @@
+"""A launch line read by the engine it starts: the registry picks the reader (vLLM's, llama.cpp's llama-server, else
+SGLang's), and a running server is probed by the engine that answers."""
+
+from __future__ import annotations
+
+import shlex
+
+import httpx
+
+from eagle3lab.doctor.findings import ERROR, WARNING, Finding
+from eagle3lab.doctor.launch import Launch
+from eagle3lab.doctor.probe import ProbeSettings, probe_requests
+from eagle3lab.engines.registry import ENGINES, entry_for_launch
+from eagle3lab.serving.client import ServerClient
+
+# the order servers are told apart: SGLang's /server_info first (older doctors' order), then /props, then /metrics
+PROBE_ORDER = ("sglang", "llamacpp", "vllm")
+
+
+def parse_launch(command: str | list[str]) -> Launch:
+    """Parse a server command (shell quoting and line continuations) with the reader of the engine it starts:
+    vLLM's (`vllm serve`, `-m vllm.entrypoints.openai.api_server`), llama.cpp's `llama-server`, anything else as
+    SGLang's `python -m sglang.launch_server ...` / `sglang serve ...`."""
+    launch = Launch(source="launch line")
+    if isinstance(command, str):
+        try:
+            argv = shlex.split(command.replace("\\\r\n", " ").replace("\\\n", " "))
+        except ValueError as e:
+            launch.notes.append(f"the launch line is not valid shell syntax ({e})")
+            return launch
+    else:
+        argv = [str(a) for a in command]
+    launch.argv = [a for a in argv if a.strip()]
+    return entry_for_launch(launch.argv).read_launch(launch)
+
+
+def check_server(
+    url: str, launch: Launch | None, settings: ProbeSettings, *, timeout: float, transport=None
+) -> tuple[list[Finding], Launch | None]:
+    """Runtime checks by the engine that answers. Returns the findings and the launch as the server reports it (None
+    when it does not)."""
+    with ServerClient(url, timeout=timeout, transport=transport) as client:
+        try:
+            for name in PROBE_ORDER:
+                found = ENGINES[name].check_server(client, launch, settings)
+                if found is not None:
+                    return found
+        except httpx.HTTPError as e:
+            return [
+                Finding(
+                    "server",
+                    ERROR,
+                    f"server {url} is unreachable",
+                    [f"{e.__class__.__name__}: {e}"],
+                    fix="check the URL and that the server is up (GET /health)",
+                )
+            ], None
+        findings = [
+            Finding(
+                "server",
+                WARNING,
+                f"{url} has no /server_info: not an SGLang server (or an old one)",
+                ["server args and avg_spec_accept_length unavailable; relying on probe requests"],
+            )
+        ]
+        if settings.probes > 0:
+            findings += probe_requests(client, None, launch, settings.expect_speculation, settings)
+    return findings, None

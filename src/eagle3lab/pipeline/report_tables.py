@@ -1,0 +1,33 @@
+"""The report's table helpers: a metrics file read, a Markdown table written, a table's rows picked from records.
+Every report module (`report`, `report_engines`, `compare`) writes its tables through these."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+
+def load_metrics(metrics: Path, name: str) -> dict | None:
+    path = metrics / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    def cell(v):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        if isinstance(v, float):
+            if v.is_integer() and abs(v) < 1e6:
+                return f"{int(v):,}"
+            return f"{v:,.2f}" if abs(v) < 1e6 else f"{v:.3g}"
+        return str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def cells(records: list[dict], keys: tuple[str, ...]) -> list[list]:
+    """A table's rows: the fields `keys` of each record, in that order."""
+    return [[r[k] for k in keys] for r in records]
