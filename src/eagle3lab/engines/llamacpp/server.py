@@ -7,14 +7,13 @@ folder is exported to GGUF once (`eagle3lab export`, `gguf`), cached by the sha2
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3lab.engines.base import SpecCounters, parse_spec_counters
 from eagle3lab.engines.llamacpp.build import server_path
-from eagle3lab.engines.llamacpp.gguf import SPEC_TYPE, draft_mismatches, export_gguf, gguf_facts
+from eagle3lab.engines.llamacpp.gguf import SPEC_TYPE, draft_mismatches, export_gguf, folder_digest, gguf_facts
 from eagle3lab.io import InputError
 from eagle3lab.models.target import DEFAULT_TARGET, EMBEDDED, embedded_gguf
 from eagle3lab.paths import cache_dir
@@ -31,10 +30,7 @@ def draft_gguf(draft: str | os.PathLike, target_spec: str) -> Path:
         if problems:
             raise InputError("\n".join(problems))
         return draft.resolve()
-    digest = hashlib.sha256(target_spec.encode())
-    for path in sorted(draft.glob("*.json")) + sorted(draft.glob("*.safetensors")):
-        digest.update(path.name.encode() + path.read_bytes())
-    out = cache_dir() / "gguf" / f"{draft.name}-{digest.hexdigest()[:16]}.gguf"
+    out = cache_dir() / "gguf" / f"{draft.name}-{folder_digest(draft, target_spec)}.gguf"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         export_gguf(draft, target_spec, out)
@@ -43,10 +39,11 @@ def draft_gguf(draft: str | os.PathLike, target_spec: str) -> Path:
 
 @dataclass
 class LlamaCpp:
-    """llama-server with the settings its launch line carries: one slot (requests one at a time), `threads` CPU
-    threads, a `context`-token window, and /metrics on. `target_spec` names the HF target a draft folder is
-    exported against; `spec_type` other than draft-eagle3 is the silent bypass stage 06 measures; `extra_args` go
-    at the end of the line (the round split's synthetic acceptance)."""
+    """llama-server with the settings its launch line carries: `slots` parallel slots (1: requests one at a time;
+    more: continuous batching, llama-server's default, decodes them together), `threads` CPU threads, a
+    `context`-token window per slot, and /metrics on. `target_spec` names the HF target a draft folder is exported
+    against; `spec_type` other than draft-eagle3 is the silent bypass stage 06 measures; `extra_args` go at the end
+    of the line (the round split's synthetic acceptance)."""
 
     name: str = "llamacpp"
     target_spec: str = DEFAULT_TARGET
@@ -54,6 +51,7 @@ class LlamaCpp:
     extra_args: tuple[str, ...] = ()
     threads: int = os.cpu_count() or 1
     context: int = 4096
+    slots: int = 1
     startup_timeout: float = 120.0
 
     def model(self, spec: str) -> Path:
@@ -78,7 +76,9 @@ class LlamaCpp:
                 f"(got k={k}, draft={draft}, threshold={threshold})"
             )
         cmd = [str(server_path()), "-m", str(target), "--host", "127.0.0.1", "--port", str(port)]
-        cmd += ["-t", str(self.threads), "-np", "1", "-c", str(self.context), "--metrics", "--no-webui"]
+        # -c is the whole KV cache; llama-server splits it evenly over the -np slots (its cache is not unified then)
+        cmd += ["-t", str(self.threads), "-np", str(self.slots), "-c", str(self.slots * self.context)]
+        cmd += ["--metrics", "--no-webui"]
         if draft is not None:
             gguf = draft_gguf(draft, self.target_spec)
             cmd += ["-md", str(gguf), "--spec-type", self.spec_type, "--spec-draft-n-max", str(k)]
