@@ -243,6 +243,19 @@ def test_resume_on_a_smaller_input_sets_finished_extras_aside(tmp_path, tiny_tar
     assert result.accounting.ok and result.accounting.input == 3 and result.accounting.success == 3
 
 
+def test_second_run_on_the_same_output_is_refused(tmp_path, capsys):
+    path = write_rows(tmp_path / "in.jsonl", [chat(0)])
+    out = tmp_path / "out.jsonl"
+    with RunFiles(out).locked():  # a run holding OUT: the lock comes before any model loads or file opens
+        rc = regen_main(["--input", str(path), "--output", str(out), "--resume", "--no-progress"])
+        assert rc == 2
+        assert f"{out} is being written by another regeneration (pid {os.getpid()}" in capsys.readouterr().err
+        assert not out.exists()
+    assert not (tmp_path / "out.lock").exists()  # the holder removed it
+    with RunFiles(out).locked():  # and the next run takes it
+        pass
+
+
 def test_torn_tail_truncation(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_bytes(b'{"id": "a"}\n{"id": "b"}\n{"id": "c", "conv')

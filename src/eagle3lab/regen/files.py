@@ -1,8 +1,10 @@
-"""OUT and its sidecars: append record by record, resume after a kill (torn tails cut, stale records set aside,
-errors retried), and the closing check success + error + skipped = input."""
+"""OUT and its sidecars: one writer at a time (a lock), append record by record, resume after a kill (torn tails cut,
+stale records set aside, errors retried), and the closing check success + error + skipped = input."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from dataclasses import dataclass, field
@@ -13,7 +15,7 @@ from eagle3lab.regen.errors import RegenError
 from eagle3lab.regen.inputs import Skip
 
 ERRORS_SUFFIX, SKIPPED_SUFFIX, PROGRESS_SUFFIX = ".errors.jsonl", ".skipped.jsonl", ".progress.json"
-STALE_SUFFIX = ".stale.jsonl"
+STALE_SUFFIX, LOCK_SUFFIX = ".stale.jsonl", ".lock"
 
 
 def side_path(out: str | os.PathLike, suffix: str) -> Path:
@@ -86,10 +88,39 @@ class RunFiles:
         self.skipped = side_path(out, SKIPPED_SUFFIX)
         self.progress = side_path(out, PROGRESS_SUFFIX)
         self.stale = side_path(out, STALE_SUFFIX)
+        self.lock = side_path(out, LOCK_SUFFIX)
         self._handles: dict[Path, object] = {}
 
     def jsonl(self) -> list[Path]:
         return [self.out, self.errors, self.skipped]
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold an exclusive flock on OUT-stem.lock for the run: a second run on the same OUT would append the same
+        ids twice, so it is refused. The kernel drops the lock of a killed run; a finished run removes the file."""
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise RegenError(
+                    f"{self.out} is being written by another regeneration (pid {holder}, holding {self.lock}): "
+                    "wait for it to end or stop it, or write to another --output"
+                ) from None
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(self.lock).st_ino == os.fstat(fd).st_ino:
+                    break
+            os.close(fd)  # a finishing run removed the file between our open and our lock: lock the new one
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            yield
+        finally:
+            os.unlink(self.lock)  # before the unlock: a run that opened the old file sees it gone and retries
+            os.close(fd)
 
     def open(self, resume: bool, keys: set[str]) -> set[str]:
         """Prepare the files and return the keys of the input already finished (written or skipped)."""
