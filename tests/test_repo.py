@@ -84,6 +84,63 @@ def test_modules_and_functions_stay_small_or_say_why():
     assert not too_long, "split these or give a '# long: reason' comment:\n" + "\n".join(too_long)
 
 
+def _package_imports() -> dict[str, set[str]]:
+    """Each eagle3lab module -> the eagle3lab modules it imports (at the top or inside a function)."""
+    src = ROOT / "src"
+    names = {
+        ".".join(p.relative_to(src).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (src / "eagle3lab").rglob("*.py")
+    }
+    graph = {}
+    for name, path in names.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                for alias in node.names:
+                    found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in names else base)
+        graph[name] = {m for m in found if m in names} - {name}
+    return graph
+
+
+def test_no_import_cycles_between_modules():
+    graph = _package_imports()
+    done, cycles = set(), []
+
+    def visit(name, path):
+        if name in path:
+            cycles.append(" -> ".join(path[path.index(name) :] + [name]))
+            return
+        if name in done:
+            return
+        for dep in sorted(graph[name]):
+            visit(dep, path + [name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_an_engine_folder_imports_no_other_engine():
+    engines = sorted(p.name for p in (ROOT / "src/eagle3lab/engines").iterdir() if (p / "__init__.py").exists())
+    assert {"sglang", "vllm", "llamacpp"} <= set(engines)
+    for name, deps in _package_imports().items():
+        parts = name.split(".")
+        if parts[:2] == ["eagle3lab", "engines"] and len(parts) > 2 and parts[2] in engines:
+            others = {
+                d for d in deps if d.split(".")[2:3] and d.split(".")[1] == "engines" and d.split(".")[2] in engines
+            }
+            foreign = sorted(d for d in others if d.split(".")[2] != parts[2])
+            assert not foreign, f"{name} imports another engine: {foreign}"
+
+
 def test_papermill_reads_every_declared_parameter():
     """Papermill parses the parameters cell itself: a comment it misreads (an `=` in it, say) loses the parameter."""
     from papermill.translators import PythonTranslator

@@ -3,7 +3,7 @@ format; headers only, plus d2t/t2d) and the target's config.json (local folder, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle3lab.models.checkpoint import DraftCheckpoint, DraftFormatError, open_checkpoint, read_json
@@ -87,6 +87,7 @@ class TargetInfo:
     hidden_size: int
     vocab_size: int | None
     max_position_embeddings: int | None
+    config: dict = field(default_factory=dict)  # the whole config.json (empty for a GGUF): what a draft copies from it
 
 
 def read_target_config(spec: str) -> TargetInfo:
@@ -136,4 +137,5 @@ def read_target_config(spec: str) -> TargetInfo:
         hidden_size=config["hidden_size"],
         vocab_size=config.get("vocab_size"),
         max_position_embeddings=config.get("max_position_embeddings"),
+        config=config,
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from eagle3lab.doctor.algorithm import check_algorithm, check_aux_layers
 from eagle3lab.doctor.artifacts import DoctorInputError, DraftInfo, TargetInfo, read_draft, read_target_config
+from eagle3lab.doctor.fields import check_draft_fields
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding, Report
 from eagle3lab.doctor.launch import Launch
 from eagle3lab.doctor.probe import ACCEPT_LOW, ProbeSettings
@@ -208,7 +209,11 @@ def static_checks(
     (llama.cpp's GGUF pair) those are what is served (layers, widths, vocab, d2t); a draft folder then only says what
     the draft was trained on."""
     if files is not None:
-        return files.checks(launch, draft) + check_context_length(draft, target, launch)
+        return (
+            files.checks(launch, draft)
+            + check_draft_fields(draft, target, launch)
+            + check_context_length(draft, target, launch)
+        )
     findings = []
     if launch is not None and (launch.speculative or draft is not None):
         findings += check_algorithm(launch, draft, target)
@@ -216,6 +221,7 @@ def static_checks(
         findings += launch.syntax.draft_checks(launch, draft, target)
     findings += check_aux_layers(draft, target, launch)
     findings += check_draft_vocab(draft, target)
+    findings += check_draft_fields(draft, target, launch)
     findings += check_context_length(draft, target, launch)
     findings += check_spec_params(launch)
     return findings

@@ -3,6 +3,7 @@ from the architecture name, which target layers it captures, and the other field
 
 from __future__ import annotations
 
+from eagle3lab.engines.base import DraftField
 from eagle3lab.models.target import TargetError
 
 METHOD_ALGORITHMS = {"eagle3": "EAGLE3", "eagle": "EAGLE"}  # vLLM's method -> the algorithm the checks know
@@ -68,4 +69,155 @@ def aux_capture(config: dict, num_layers: int) -> tuple[list[int], str]:
     return sorted(set(ids)), source
 
 
-FIELDS: tuple = ()
+# Every draft config.json field vLLM 0.32 reads (llama_eagle3.py, config/speculative.py, gpu_model_runner.py,
+# transformers_utils/configs/eagle.py), and what it does with a bad or missing value.
+FIELDS = (
+    DraftField(
+        "eagle_aux_hidden_state_layer_ids",
+        "capture",
+        "read first: the target captures hidden_states[i] for each id",
+        "ids other than the trained states: wrong layers, served silently",
+        True,
+    ),
+    DraftField(
+        "eagle_config.eagle_aux_hidden_state_layer_ids",
+        "capture",
+        "read when there is no top-level list, each id i as hidden_states[i] (the trainers mean hidden_states[i + 1])",
+        "read one layer early against the trainers' convention: served silently",
+        True,
+    ),
+    DraftField(
+        "eagle_config.use_aux_hidden_state",
+        "capture",
+        "false: the target captures nothing and fc is never built (its weights dropped)",
+        "false: the draft reads the target's final state, served silently",
+        True,
+    ),
+    DraftField(
+        "num_aux_hidden_states",
+        "fc",
+        "overrides the number of captured states, the width of fc",
+        "a count other than fc's: fc.weight fails to load",
+        False,
+    ),
+    DraftField(
+        "target_hidden_size",
+        "fc",
+        "fc input = target_hidden_size x captured states (default hidden_size)",
+        "wrong: fc.weight fails to load",
+        False,
+    ),
+    DraftField(
+        "norm_before_fc",
+        "fc",
+        "true: an RMSNorm before fc",
+        "true without its weights: the norm keeps its initial values, served silently",
+        True,
+    ),
+    DraftField(
+        "fc_norm",
+        "fc",
+        "true: an RMSNorm per captured state before fc",
+        "true without its weights: initial values, served silently",
+        True,
+    ),
+    DraftField(
+        "draft_vocab_size",
+        "vocab",
+        "sizes lm_head and the draft-to-target map",
+        "missing or not lm_head's rows: an AssertionError at load",
+        False,
+    ),
+    DraftField(
+        "d2t",
+        "vocab",
+        "the tensor mapping draft ids to target ids",
+        "missing: a zero map, so draft id i is target id i (the first draft_vocab_size ids), served silently",
+        True,
+    ),
+    DraftField(
+        "vocab_size",
+        "vocab",
+        "sizes the draft embedding and the target-width logits",
+        "not the target's: a shape error or an index error",
+        False,
+    ),
+    DraftField(
+        "max_position_embeddings",
+        "positions",
+        "raised to the served max_model_len when smaller (an INFO log line)",
+        "harmless: vLLM overrides it",
+        False,
+    ),
+    DraftField(
+        "rope_theta",
+        "positions",
+        "the draft attention's RoPE base (missing: 10000)",
+        "not the target's: every position's rotation differs from training, served silently",
+        True,
+    ),
+    DraftField(
+        "rope_scaling", "positions", "the draft attention's RoPE scaling", "not the target's: served silently", True
+    ),
+    DraftField("hidden_size", "shape", "every width of the draft layer", "wrong: weights fail to load", False),
+    DraftField("intermediate_size", "shape", "the MLP width", "wrong: weights fail to load", False),
+    DraftField(
+        "num_attention_heads",
+        "shape",
+        "the attention heads (with head_dim: q_proj's rows)",
+        "a split other than training's with the same products: served silently",
+        True,
+    ),
+    DraftField(
+        "num_key_value_heads",
+        "shape",
+        "the KV heads",
+        "a split other than training's with the same products: served silently",
+        True,
+    ),
+    DraftField(
+        "head_dim",
+        "shape",
+        "the head width (default hidden_size / heads)",
+        "a split other than training's with the same products: served silently",
+        True,
+    ),
+    DraftField(
+        "num_hidden_layers",
+        "shape",
+        "the draft layers built",
+        "above 1 for a one-layer checkpoint: the extra layers keep uninitialised weights, served silently",
+        True,
+    ),
+    DraftField("rms_norm_eps", "shape", "every RMSNorm's epsilon", "not the trained one: served silently", True),
+    DraftField("hidden_act", "shape", "the MLP activation", "not silu: ValueError, vLLM refuses", False),
+    DraftField(
+        "attention_bias",
+        "shape",
+        "true: q/k/v projections with biases",
+        "true without bias weights: uninitialised biases, served silently",
+        True,
+    ),
+    DraftField(
+        "norm_before_residual",
+        "class",
+        "true: the residual is the normed hidden state",
+        "true for a draft trained without it (SGLang's network): served silently",
+        True,
+    ),
+    DraftField(
+        "norm_output",
+        "class",
+        "true: the next draft step reads the post-norm state",
+        "true for a draft trained on the pre-norm state: served silently from step 2",
+        True,
+    ),
+    DraftField(
+        "architectures",
+        "class",
+        "picks the draft's model class (prefixed Eagle3 under eagle3)",
+        "a name of another family: that class, missing layers at init, served silently",
+        True,
+    ),
+    DraftField("model_type", "class", "picks the config class", "missing: the config fails to load", False),
+)
