@@ -35,7 +35,12 @@ CMAKE_FLAGS = (
     "-DLLAMA_OPENSSL=OFF",
     "-DGGML_NATIVE=ON",
     "-DLLAMA_BUILD_TESTS=OFF",
+    # -march=native turns on AMX where the CPU has it, but a VM may not grant the AMX state (Firecracker here: the
+    # first tilezero is an invalid opcode, and llama-server dies at start); AVX-512 bf16 stays on
+    "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+    "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
 )
+BUILD_ID = " ".join((VERSION, *CMAKE_FLAGS))  # the ready marker's text: other flags mean another build
 READY = ".eagle3lab-ready"  # written last: a build without it is half-done and gets rebuilt
 SETUP_HINT = "run `make llamacpp` (or `python -m eagle3lab.engines.llamacpp.build setup`)"
 
@@ -53,7 +58,7 @@ def source_dir() -> Path:
 def server_path() -> Path:
     """The built llama-server, or EngineMissing naming the command that builds it."""
     ready = build_dir() / READY
-    if not ready.exists() or ready.read_text().strip() != VERSION:
+    if not ready.exists() or ready.read_text().strip() != BUILD_ID:
         raise EngineMissing(f"llama.cpp ({VERSION}) is not built in {build_dir()}: {SETUP_HINT}")
     return build_dir() / "build" / "bin" / "llama-server"
 
@@ -116,7 +121,7 @@ def setup(jobs: int | None = None) -> Path:
     _run(["cmake", "-S", root / "src", "-B", root / "build", *generator, *CMAKE_FLAGS], "cmake configure")
     jobs = jobs or os.cpu_count() or 1
     _run(["cmake", "--build", root / "build", "--target", "llama-server", "-j", jobs], "building llama-server")
-    (root / READY).write_text(VERSION + "\n")
+    (root / READY).write_text(BUILD_ID + "\n")
     return server_path()
 
 
