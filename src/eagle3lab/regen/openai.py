@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -168,8 +169,10 @@ async def run_openai(
     files: RunFiles,
     progress: Progress,
     max_consecutive_errors: int,
+    alive: Callable[[], bool] = lambda: True,
 ) -> bool:
-    """Returns False when the run was aborted because too many records in a row failed (servers gone)."""
+    """Returns False when the run was aborted because too many records in a row failed (servers gone). `alive`: False
+    once the server is known gone (its process exited), so no further job starts only to fail its retries."""
     pending = iter(jobs)
     state = {"consecutive": 0, "aborted": False}
 
@@ -199,7 +202,7 @@ async def run_openai(
 
     async def worker() -> None:
         for job in pending:  # a shared iterator: each job goes to exactly one worker
-            if state["aborted"]:
+            if state["aborted"] or not alive():
                 return
             await one(job)
 

@@ -1,20 +1,25 @@
 """Regenerate every assistant turn of a ShareGPT-style dataset with the target, so the draft learns the target's own
-distribution: `regenerate()` plans the input, opens a backend (local: regen.local; openai: regen.openai), writes
-record by record (regen.files) and ends by checking success + error + skipped = input."""
+distribution: `regenerate()` locks the output, plans the input, opens a backend (local: regen.local; openai:
+regen.openai; llamacpp: regen.openai against the llama-server regen.llamacpp starts), writes record by record
+(regen.files) and ends by checking success + error + skipped = input."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from eagle3lab.regen.errors import RegenError
-from eagle3lab.regen.files import Accounting, RunFiles
+from eagle3lab.regen.files import Accounting, RunFiles, side_path
 from eagle3lab.regen.inputs import Job, PromptLength, Skip, messages_for, read_inputs
 from eagle3lab.regen.progress import Progress
 from eagle3lab.regen.settings import RegenSettings
+
+SERVER_LOG_SUFFIX = ".server.log"  # the llamacpp backend's llama-server output, beside OUT
 
 
 @dataclass
@@ -62,7 +67,7 @@ def _openai_context(asked: int | None, served: int | None) -> int | None:
     return asked or served
 
 
-def _openai_backend(s: RegenSettings) -> _Backend:
+def _openai_backend(s: RegenSettings, alive: Callable[[], bool] = lambda: True) -> _Backend:
     from eagle3lab.regen.openai import OpenAIClient, run_openai
 
     client = OpenAIClient(s.server_addresses, model=s.model, timeout=s.timeout, retries=s.retries, backoff=s.backoff)
@@ -83,11 +88,30 @@ def _openai_backend(s: RegenSettings) -> _Backend:
                     files=files,
                     progress=progress,
                     max_consecutive_errors=s.max_consecutive_errors,
+                    alive=alive,
                 )
 
         return not asyncio.run(go())
 
     return _Backend(model_name, lengths, run, {})
+
+
+def _llamacpp_backend(s: RegenSettings, stack: contextlib.ExitStack, out: Path) -> _Backend:
+    """The openai backend against a llama-server started for this run (regen.llamacpp), its log beside OUT; the run
+    ends with NoServerError if the server dies."""
+    from eagle3lab.regen.llamacpp import check_alive, start_server
+
+    _, context = _tokenizer_and_context(s.target, s.max_context)
+    server, served = start_server(s, context, stack, side_path(out, SERVER_LOG_SUFFIX))
+    backend = _openai_backend(served, alive=lambda: server.process.poll() is None)
+
+    def run(jobs, generation, files, progress) -> bool:
+        aborted = backend.run(jobs, generation, files, progress)
+        check_alive(server, out)
+        return aborted
+
+    labels = {"server": server.url, "server_pid": server.process.pid, "server_log": str(server.log_path)}
+    return _Backend(backend.model_name, backend.lengths, run, {**labels, "slots": s.concurrency})
 
 
 def _local_backend(s: RegenSettings) -> _Backend:
@@ -134,6 +158,12 @@ def _plan(
     return todo
 
 
+def _backend(s: RegenSettings, stack: contextlib.ExitStack, out: Path) -> _Backend:
+    if s.backend == "llamacpp":
+        return _llamacpp_backend(s, stack, out)
+    return _openai_backend(s) if s.backend == "openai" else _local_backend(s)
+
+
 def regenerate(
     input: str | os.PathLike,
     output: str | os.PathLike,
@@ -147,26 +177,28 @@ def regenerate(
     s = settings or RegenSettings(**overrides)
     items = read_inputs(input, s.max_turns, s.limit)
     files = RunFiles(output)
-    backend = _openai_backend(s) if s.backend == "openai" else _local_backend(s)
-    generation = {
-        "backend": s.backend,
-        "model": backend.model_name,
-        "temperature": s.temperature,
-        "max_new_tokens": s.max_new_tokens,
-        "max_turns": s.max_turns,
-        "seed": s.seed,
-    }
-    done = files.open(s.resume, {it.key for it in items})
-    labels = {"backend": s.backend, "model": backend.model_name, "output": str(files.out), **backend.labels}
-    progress = Progress(files, len(items), sum(1 for it in items if it.key in done), labels, enabled=s.progress_bar)
-    aborted, status = False, "failed"
-    try:
-        todo = _plan(items, done, backend.lengths, input, files, progress)
-        aborted = backend.run(todo, generation, files, progress)
-        status = "aborted" if aborted else "finished"
-    finally:
-        progress.close(status)
-        files.close()
+    with contextlib.ExitStack() as stack:  # the lock and a started server, released in reverse order
+        stack.enter_context(files.locked())  # before any server starts or file opens: one run per OUT
+        backend = _backend(s, stack, files.out)
+        generation = {
+            "backend": s.backend,
+            "model": backend.model_name,
+            "temperature": s.temperature,
+            "max_new_tokens": s.max_new_tokens,
+            "max_turns": s.max_turns,
+            "seed": s.seed,
+        }
+        done = files.open(s.resume, {it.key for it in items})
+        labels = {"backend": s.backend, "model": backend.model_name, "output": str(files.out), **backend.labels}
+        progress = Progress(files, len(items), sum(1 for it in items if it.key in done), labels, enabled=s.progress_bar)
+        aborted, status = False, "failed"
+        try:
+            todo = _plan(items, done, backend.lengths, input, files, progress)
+            aborted = backend.run(todo, generation, files, progress)
+            status = "aborted" if aborted else "finished"
+        finally:
+            progress.close(status)
+            files.close()
     result = RunResult(files.accounting(len(items)), progress.tokens, time.time() - progress.started, aborted)
     _report(result, progress, files, s, log)
     return result

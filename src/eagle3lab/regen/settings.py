@@ -11,14 +11,19 @@ from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import option
 from eagle3lab.regen.errors import RegenError
 
-BACKENDS = ("local", "openai")
+BACKENDS = ("local", "openai", "llamacpp")
 ENGINES = ("auto", "batching", "continuous")
 DTYPES = ("bfloat16", "float32")
 
 
 @dataclass
 class RegenSettings:
-    backend: str = option("local", "local (in-process transformers) or openai (HTTP servers)", choices=BACKENDS)
+    backend: str = option(
+        "local",
+        "local (in-process transformers), openai (HTTP servers) or llamacpp (llama-server on a bf16 GGUF of the "
+        "target, started by the run)",
+        choices=BACKENDS,
+    )
     max_new_tokens: int = option(256, "new tokens per answer at most")
     temperature: float = option(0.0, "0 = greedy")
     max_turns: int | None = option(2, "user turns answered per conversation")
@@ -28,7 +33,9 @@ class RegenSettings:
     target: str = option(
         DEFAULT_TARGET, "local: the model; openai: the tokenizer for prompt-length checks (the served model)"
     )
-    max_context: int | None = option(None, "prompt + answer tokens; default: the target's max_position_embeddings")
+    max_context: int | None = option(
+        None, "prompt + answer tokens (llamacpp: each slot's context); default: the target's max_position_embeddings"
+    )
     # local backend
     device: str = option("auto", f"where the target runs: {DEVICE_HELP}", group="local backend")
     engine: str = option(
@@ -56,12 +63,21 @@ class RegenSettings:
         group="openai backend",
     )
     model: str | None = option(None, "model name to request (default: the first of /v1/models)", group="openai backend")
-    concurrency: int = option(16, "requests in flight at most", group="openai backend")
-    timeout: float = option(600.0, "seconds per request", group="openai backend")
-    retries: int = option(4, "retries per request", group="openai backend")
-    backoff: float = option(1.0, "first retry delay in seconds, doubled per retry", group="openai backend")
+    # openai and llamacpp backends (llamacpp regenerates through the openai backend against its own server)
+    concurrency: int = option(
+        16, "requests in flight at most (llamacpp: llama-server's parallel slots)", group="openai and llamacpp backends"
+    )
+    timeout: float = option(600.0, "seconds per request", group="openai and llamacpp backends")
+    retries: int = option(4, "retries per request", group="openai and llamacpp backends")
+    backoff: float = option(
+        1.0, "first retry delay in seconds, doubled per retry", group="openai and llamacpp backends"
+    )
     max_consecutive_errors: int = option(
-        32, "abort after this many failed records in a row (servers gone)", group="openai backend"
+        32, "abort after this many failed records in a row (servers gone)", group="openai and llamacpp backends"
+    )
+    # llamacpp backend
+    threads: int | None = option(
+        None, "llama-server's CPU threads (default: every core)", type=int, group="llamacpp backend"
     )
     progress_bar: bool = option(
         True, "hide the progress bar (the monitor's progress file is still written)", flag="--no-progress"
@@ -70,7 +86,7 @@ class RegenSettings:
     def __post_init__(self):
         self.server_addresses = list(self.server_addresses)
         if self.backend not in BACKENDS:
-            raise RegenError(f"unknown backend {self.backend!r}: use 'local' or 'openai'")
+            raise RegenError(f"unknown backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
         if self.engine not in ENGINES:
             raise RegenError(f"unknown engine {self.engine!r}: use one of {', '.join(ENGINES)}")
         if self.max_new_tokens < 1 or (self.max_turns is not None and self.max_turns < 1):
