@@ -24,6 +24,7 @@ class TurnResult:
     text: str
     finish_reason: str  # "stop" (end of turn) or "length" (max new tokens or the context)
     new_tokens: int
+    token_ids: list[int] = field(default_factory=list)  # the generated ids, the stop token included (local engine)
 
 
 def eos_ids(model, tokenizer) -> set[int]:
@@ -220,4 +221,4 @@ class BatchGenerator:
         for row, reason in finished:
             ids = row.generated[:-1] if reason == "stop" else row.generated
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            on_finish(row.handle, TurnResult(text, reason, len(row.generated)))
+            on_finish(row.handle, TurnResult(text, reason, len(row.generated), row.generated))

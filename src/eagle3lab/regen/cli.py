@@ -1,9 +1,11 @@
 """`eagle3lab regen`: regenerate the assistant turns of a ShareGPT-style JSONL with the target; `eagle3lab regen bench`
-measures regeneration throughput.
+measures regeneration throughput; `eagle3lab regen onpolicy` compares llama.cpp's bf16 answers with the HF target's.
 
     eagle3lab regen --backend local --input IN.jsonl --output OUT.jsonl [--resume] [--device auto|cpu|cuda[:N]]
     eagle3lab regen --backend openai --server-address HOST:PORT ... --input IN.jsonl --output OUT.jsonl
+    eagle3lab regen --backend llamacpp --concurrency SLOTS --max-context PER_SLOT --input IN.jsonl --output OUT.jsonl
     eagle3lab regen bench [--device ...] [--engines batching continuous]
+    eagle3lab regen onpolicy [--n 64] [--max-new-tokens 256]
 
 Output is appended record by record; --resume continues a killed run; errors and skipped inputs get their own files
 beside OUT, and every run ends by checking success + error + skipped = input.
@@ -36,10 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "bench":
-        from eagle3lab.regen import bench
+    if argv and argv[0] in ("bench", "onpolicy"):
+        from eagle3lab.regen import bench, onpolicy
 
-        return bench.main(argv[1:])
+        return (bench if argv[0] == "bench" else onpolicy).main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         result = regenerate(args.input, args.output, from_options(args, RegenSettings))

@@ -1,0 +1,81 @@
+"""`eagle3lab regen --backend llamacpp` with a real llama-server, which the run starts itself on the target's bf16
+GGUF: the server is killed with SIGKILL mid-run and does not come back, so the run ends with an error that says to
+rerun with --resume, the records written stay, and the rerun (a fresh server) finishes with nothing lost, duplicated
+or rewritten."""
+
+import json
+import os
+import signal
+from pathlib import Path
+
+from test_regen import _run_cli, _wait_for_lines, write_rows
+from test_regen_vllm import _lines
+
+N = 10
+
+
+def _rows() -> list[dict]:
+    # Open-ended prompts: answers run to --max-new-tokens, so the run lasts long enough to be interrupted.
+    rows = [
+        {"id": f"l{i}", "conversations": [{"role": "user", "content": f"Write a long story about a robot named R{i}."}]}
+        for i in range(N)
+    ]
+    # over the slot's 256-token context: an over-length skip, never a request the server refuses
+    rows.append({"id": "too-long", "conversations": [{"role": "user", "content": "word " * 300}]})
+    return rows
+
+
+def _regen(path: Path, out: Path, *extra: str):
+    # one thread, as the llamacpp fixture runs llama-server beside make test's other worker
+    args = ["--backend", "llamacpp", "--threads", "1", "--concurrency", "2", "--max-context", "256"]
+    args += ["--input", str(path), "--output", str(out), "--max-new-tokens", "24", "--max-turns", "1"]
+    return _run_cli([*args, "--retries", "1", "--backoff", "0.05", "--no-progress", *extra])
+
+
+def test_llamacpp_killed_mid_run_then_resume(tmp_path, llamacpp):
+    path = write_rows(tmp_path / "in.jsonl", _rows())
+    out, errors, skipped = tmp_path / "out.jsonl", tmp_path / "out.errors.jsonl", tmp_path / "out.skipped.jsonl"
+    proc = _regen(path, out)
+    try:
+        _wait_for_lines(out, 2, proc)
+        server_pid = json.loads((tmp_path / "out.progress.json").read_text())["server_pid"]
+        os.kill(server_pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, stderr  # no server: the run ends at once, it does not fail job after job
+    assert f"llama-server (pid {server_pid}) exited with code -9" in stderr and "Rerun with --resume" in stderr
+    assert str(tmp_path / "out.server.log") in stderr
+    written, failed = out.read_bytes(), _lines(errors)
+    done = [r["id"] for r in _lines(out)]
+    assert 2 <= len(done) < N and len(failed) <= 2, "the kill lands mid-run; only the requests in flight fail"
+    assert not set(done) & {e["id"] for e in failed}
+    assert [r["id"] for r in _lines(skipped)] == ["too-long"]
+    assert "exceeds the context of 256 tokens" in _lines(skipped)[0]["reason"]
+    assert not (tmp_path / "out.lock").exists()  # the run's lock went with it
+
+    proc = _regen(path, out, "--resume")
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert f"input {N + 1} = success {N} + error 0 + skipped 1 [OK]" in stdout
+    after = _lines(out)
+    assert out.read_bytes().startswith(written)  # the records from before the kill, byte for byte
+    assert sorted(r["id"] for r in after) == sorted(f"l{i}" for i in range(N)) and len(after) == N
+    assert _lines(errors) == [] and [r["id"] for r in _lines(skipped)] == ["too-long"]
+    assert all(r["turns"][0]["new_tokens"] >= 1 and r["generation"]["backend"] == "llamacpp" for r in after)
+    assert all(r["generation"]["model"].endswith(".gguf") and "bf16" in r["generation"]["model"] for r in after)
+
+
+def test_onpolicy_check_sends_the_same_ids_and_template(llamacpp):
+    from eagle3lab.regen.onpolicy import OnPolicySettings, onpolicy
+
+    s = OnPolicySettings(n=3, max_new_tokens=16, slots=2, threads=1, batch_size=3, max_prompt_tokens=128)
+    figures = onpolicy(s, log=lambda line: None)
+    assert figures["n"] == 3 and figures["template_mismatches"] == 0  # llama-server renders HF's chat template
+    rows = figures["rows"]
+    assert all(1 <= len(r["llamacpp"]) <= 16 and 1 <= len(r["hf"]) <= 16 for r in rows)
+    assert figures["tokens_llamacpp"] == sum(len(r["llamacpp"]) for r in rows)
+    # the same weights, greedy: llama.cpp's answers are about as likely under the HF target as its own
+    assert figures["nll_hf"] > 0 and 0 < figures["nll_ratio"] < 1.5
+    assert 0 <= figures["identical_share"] <= 1 and figures["mean_common_prefix"] >= 1
