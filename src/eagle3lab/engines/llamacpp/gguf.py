@@ -64,6 +64,16 @@ def gguf_facts(path: str | os.PathLike) -> dict:
         "draft_vocab_size": int(output.shape[-1]) if output is not None and arch == DRAFT_ARCH else None,
         # the GGUF's d2t holds absolute target ids (the HF draft's holds offsets; the converter adds them up)
         "d2t_max_target_id": int(np.asarray(d2t.data).max()) if d2t is not None else None,
+        # what a draft copies from its target, in config.json's names (the doctor's field checks read these)
+        "config": {
+            "model_type": arch,
+            "hidden_size": fields.get(f"{arch}.embedding_length"),
+            "num_attention_heads": fields.get(f"{arch}.attention.head_count"),
+            "num_key_value_heads": fields.get(f"{arch}.attention.head_count_kv"),
+            "head_dim": fields.get(f"{arch}.attention.key_length"),
+            "rms_norm_eps": fields.get(f"{arch}.attention.layer_norm_rms_epsilon"),
+            "rope_theta": fields.get(f"{arch}.rope.freq_base"),
+        },
     }
 
 

@@ -100,8 +100,9 @@ def target_info(path: str) -> TargetInfo | None:
         return None
     if not (facts["block_count"] and facts["embedding_length"]):
         return None
+    config = {k: v for k, v in facts["config"].items() if v is not None}
     return TargetInfo(
-        path, facts["block_count"], facts["embedding_length"], facts["vocab_size"], facts["context_length"]
+        path, facts["block_count"], facts["embedding_length"], facts["vocab_size"], facts["context_length"], config
     )
 
 
