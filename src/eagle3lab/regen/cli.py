@@ -14,6 +14,7 @@ beside OUT, and every run ends by checking success + error + skipped = input.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from eagle3lab.devices import DeviceError
@@ -43,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return (bench if argv[0] == "bench" else onpolicy).main(argv[1:])
     args = build_parser().parse_args(argv)
+    # SIGTERM (kill, a cancelled job) unwinds like Ctrl-C, so the llamacpp backend's server is stopped, not orphaned
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         result = regenerate(args.input, args.output, from_options(args, RegenSettings))
     except NoServerError as e:
@@ -51,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     except (RegenError, InputError, DeviceError) as e:
         print(f"eagle3lab regen: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return EXIT_OK if result.accounting.ok and not result.accounting.errors and not result.aborted else EXIT_INCOMPLETE
 
 
