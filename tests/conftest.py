@@ -154,15 +154,17 @@ def start_together(launches: list) -> list:
 
 
 class ServerPool:
-    """Named real servers, started on first use: the first one asked for starts together with every other one a
-    test of this run will ask for (`wanted`), each stopped at close()."""
+    """Named real servers, started on first use: the first one asked for starts together with up to `together` - 1
+    others a test of this run will ask for (`wanted`), each stopped at close(). (Five vLLM servers at once, beside
+    the other worker, would crowd 24 GiB.)"""
 
-    def __init__(self, launches: dict, wanted: set[str]):
-        self.launches, self.wanted, self.running = launches, wanted, {}
+    def __init__(self, launches: dict, wanted: set[str], together: int = 3):
+        self.launches, self.wanted, self.running, self.together = launches, wanted, {}, together
 
     def get(self, name: str):
         if name not in self.running:
-            names = [n for n in self.launches if n == name or (n in self.wanted and n not in self.running)]
+            others = [n for n in self.launches if n != name and n in self.wanted and n not in self.running]
+            names = [name, *others[: self.together - 1]]
             self.running.update(zip(names, start_together([self.launches[n] for n in names])))
         return self.running[name][1]
 

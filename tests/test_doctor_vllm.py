@@ -7,8 +7,10 @@ Found by experiment (vLLM 0.32 CPU, fp32, eager, 3 chat probes of 64 tokens; the
 no d2t -> 1.00; top-level eagle_aux_hidden_state_layer_ids [0, 1, 2] -> 1.02 ([5, 10, 20] -> 1.14); no "method" ->
 /health answers, the first request kills the engine; architectures Qwen3ForCausalLM -> 1.37, built as
 Eagle3Qwen3ForCausalLM (static check only: too close to 1.44 to assert at runtime); eagle_config ids [1, 14, 26]
-(the trained layers in the trainers' convention, one layer early in vLLM's) -> 1.45 (a warning only).
-The three bad servers (no d2t, top-level aux ids, no "method") start together, once, and each stops after its test.
+(the trained layers in the trainers' convention, one layer early in vLLM's) -> 1.45 (a warning only);
+eagle_config.use_aux_hidden_state false -> 1.02; norm_before_residual true -> 1.04; rms_norm_eps 1.0 -> 1.08;
+rope_theta 10000 (the target's is 100000) -> 1.44, no effect.
+The five bad servers start three at a time, once, and each stops after its test.
 """
 
 from __future__ import annotations
@@ -92,13 +94,15 @@ class Bad:
 def bad_servers(request, vllm, smollm2_dir, tmp_path_factory):
     """Real vLLM servers of the silent cases this run's tests ask for, started together on first use, each stopped
     after its test (1 GiB of KV cache each: short probes); (pool, name -> Bad). These tests come before the ones on
-    the session's servers, so at most three vLLM servers run at once."""
+    the session's servers; the pool starts at most three at once."""
     root = tmp_path_factory.mktemp("bad")
     cases = {
         "nod2t": Bad(broken_draft(root / "nod2t", drop=("d2t", "t2d"))),
         "aux": Bad(broken_draft(root / "aux", config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]})),
         # the folder keeps the committed draft's name: vLLM guesses the method from it
         "no_method": Bad(broken_draft(root / "no_method" / "smollm2-original-6960"), NO_METHOD),
+        "no_aux": Bad(broken_draft(root / "no_aux", config={"eagle_config": {"use_aux_hidden_state": False}})),
+        "residual": Bad(broken_draft(root / "residual", config={"norm_before_residual": True})),
     }
     engine = dataclasses.replace(vllm, kv_cache_gib=1)
     launches = {}
@@ -111,7 +115,7 @@ def bad_servers(request, vllm, smollm2_dir, tmp_path_factory):
     pool.close()
 
 
-SERVED_CASES = ("nod2t_server", "aux_server", "no_method_server")
+SERVED_CASES = ("nod2t_server", "aux_server", "no_method_server", "no_aux_server", "residual_server")
 
 
 def _bad(bad_servers, name: str) -> Bad:
@@ -136,6 +140,18 @@ def aux_server(bad_servers):
 def no_method_server(bad_servers):
     yield _bad(bad_servers, "no_method")
     bad_servers[0].stop("no_method")
+
+
+@pytest.fixture
+def no_aux_server(bad_servers):
+    yield _bad(bad_servers, "no_aux")
+    bad_servers[0].stop("no_aux")
+
+
+@pytest.fixture
+def residual_server(bad_servers):
+    yield _bad(bad_servers, "residual")
+    bad_servers[0].stop("residual")
 
 
 def served(vllm, url):
@@ -299,6 +315,34 @@ def test_no_method_starts_then_dies_on_the_first_request(vllm, smollm2_dir, no_m
         served(vllm, bad.url)
     [failed] = checks(report, "probe", ERROR)
     assert "failed" in failed.title and "500" in text([failed])
+
+
+def test_use_aux_hidden_state_false_drops_fc(vllm, smollm2_dir, no_aux_server):
+    """eagle_config.use_aux_hidden_state false: vLLM captures nothing, never builds fc (its weights dropped) and hands
+    the draft the target's final state; it starts and drafts every round (measured 1.02)."""
+    bad = no_aux_server
+    static = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, bad.draft)))
+    [err] = checks(static, "draft_fields", ERROR)
+    assert err.title.startswith("eagle_config.use_aux_hidden_state False") and err.evidence[1].startswith("vLLM: ")
+    assert err.fix.startswith('"use_aux_hidden_state": true')
+    answer, counters = served(vllm, bad.url)
+    assert answer.text and counters.drafts > 10 and counters.accept_length <= 1.1
+    report = diagnose(launch=bad.line, server=bad.url, **PROBES)
+    assert checks(report, "accept_length", ERROR) and report.exit_code == 1
+
+
+def test_norm_before_residual_changes_the_network(vllm, smollm2_dir, residual_server):
+    """norm_before_residual true (a SpecForge option; SGLang ignores it): vLLM adds the normed state to the residual,
+    a network the committed draft was not trained as (measured 1.04). The config is the only record of training, so
+    the doctor warns before launch; the probe finds the draft contributes nothing."""
+    bad = residual_server
+    static = diagnose(launch=shlex.join(vllm_line(vllm, smollm2_dir, bad.draft)))
+    [warn] = checks(static, "draft_fields", WARNING)
+    assert warn.title.startswith("norm_before_residual True") and any(e.startswith("SGLang: ") for e in warn.evidence)
+    answer, counters = served(vllm, bad.url)
+    assert answer.text and counters.drafts > 10 and counters.accept_length <= 1.15
+    report = diagnose(launch=bad.line, server=bad.url, **PROBES)
+    assert [f for f in checks(report, "accept_length") if f.severity != OK]
 
 
 def test_good_server_is_used(vllm, vllm_eagle3, smollm2_dir):

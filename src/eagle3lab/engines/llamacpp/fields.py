@@ -54,14 +54,18 @@ FIELDS = (
         False,
     ),
     DraftField(
-        "rope_theta", "positions", "eagle3.rope.freq_base (missing: 10000)", "not the target's: served silently", True
+        "rope_theta",
+        "positions",
+        "eagle3.rope.freq_base (missing: 10000)",
+        "measured: 10000 instead of the target's 100000 left acceptance unchanged (1.48 both)",
+        False,
     ),
     DraftField(
         "rope_scaling",
         "positions",
         "the draft's RoPE scaling type and factor",
-        "not the target's: served silently",
-        True,
+        "measured: linear x4 left acceptance as it was (1.52 vs 1.48)",
+        False,
     ),
     DraftField(
         "hidden_size",
@@ -75,7 +79,8 @@ FIELDS = (
         "num_attention_heads",
         "shape",
         "head_count (and the q/k permutation)",
-        "a split other than training's with the same products: served silently",
+        "a split other than training's with the same products: served silently (18 heads of 32 for 9 of 64: 1.37 "
+        "vs 1.48)",
         True,
     ),
     DraftField(
