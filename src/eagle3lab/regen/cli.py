@@ -38,14 +38,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    # SIGTERM (kill, a cancelled job) unwinds like Ctrl-C, so a llama-server the command started is stopped, not
+    # orphaned; the previous handler comes back after (tests call main in-process)
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] in ("bench", "onpolicy"):
         from eagle3lab.regen import bench, onpolicy
 
         return (bench if argv[0] == "bench" else onpolicy).main(argv[1:])
     args = build_parser().parse_args(argv)
-    # SIGTERM (kill, a cancelled job) unwinds like Ctrl-C, so the llamacpp backend's server is stopped, not orphaned
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         result = regenerate(args.input, args.output, from_options(args, RegenSettings))
     except NoServerError as e:
@@ -54,8 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     except (RegenError, InputError, DeviceError) as e:
         print(f"eagle3lab regen: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     return EXIT_OK if result.accounting.ok and not result.accounting.errors and not result.aborted else EXIT_INCOMPLETE
 
 

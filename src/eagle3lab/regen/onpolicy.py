@@ -17,6 +17,7 @@ import contextlib
 import json
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,7 +50,8 @@ def llamacpp_answers(s: OnPolicySettings, prompts: list[dict], lengths: PromptLe
 
     settings = RegenSettings(backend="llamacpp", target=s.target, concurrency=s.slots, threads=s.threads)
     with contextlib.ExitStack() as stack:
-        log = Path(tempfile.mkdtemp(prefix="onpolicy-")) / "llama-server.log"
+        # a failed start quotes the log's tail, so the log goes with the check
+        log = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="onpolicy-"))) / "llama-server.log"
         server, _ = start_server(settings, lengths.max_context, stack, log)
         client = stack.enter_context(ServerClient(server.url))
 
@@ -107,8 +109,12 @@ def onpolicy(s: OnPolicySettings, log=print) -> dict:
     prompts = bench_prompts(s.n, target.tokenizer, s.max_prompt_tokens)
     for row in prompts:
         row["ids"] = lengths.ids(row["conversations"])
+    started = time.monotonic()
     rows = llamacpp_answers(s, prompts, lengths)
-    for row, prompt, answer in zip(rows, prompts, hf_answers(target, prompts, lengths, s.batch_size)):
+    log(f"onpolicy: llama.cpp answered {len(rows)} prompts ({time.monotonic() - started:.0f} s)")
+    answers = hf_answers(target, prompts, lengths, s.batch_size)
+    log(f"onpolicy: the HF target answered them ({time.monotonic() - started:.0f} s); scoring both sides' answers")
+    for row, prompt, answer in zip(rows, prompts, answers):
         row.update(id=prompt["id"], hf=answer, common_prefix=_common_prefix(row["llamacpp"], answer))
         row["nll_llamacpp"] = answer_nll(target, prompt["ids"], row["llamacpp"])
         row["nll_hf"] = answer_nll(target, prompt["ids"], answer)
