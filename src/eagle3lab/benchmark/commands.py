@@ -19,60 +19,63 @@ from eagle3lab.options import add_options, from_options
 from eagle3lab.serving.client import ServerError
 
 
-def bench_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eagle3lab bench", description=__doc__.split("\n")[0])
-    add_options(p, BenchSettings)
+def _parser(name: str, settings_class) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"eagle3lab {name}", description=__doc__.split("\n")[0])
+    add_options(p, settings_class)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
+
+
+def bench_parser() -> argparse.ArgumentParser:
+    return _parser("bench", BenchSettings)
+
+
+def tune_parser() -> argparse.ArgumentParser:
+    return _parser("tune", TuneSettings)
+
+
+def _run(name: str, work) -> int:
+    """Run `work()` -> (result, text, output path or None): print the text, write the result; errors as exit codes."""
+    try:
+        result, text, output = work()
+    except (InputError, ValueError) as e:
+        print(f"eagle3lab {name}: {e}", file=sys.stderr)
+        return 2
+    except ServerError as e:  # a served engine that failed to start or died: its log's tail is in the message
+        print(f"eagle3lab {name}: {e}", file=sys.stderr)
+        return 1
+    print(text)
+    if output:
+        write_json(Path(output), result)
+        print(f"wrote {output}")
+    return 0
 
 
 def bench(argv: list[str]) -> int:
     """`eagle3lab bench`: the local benchmark, or one in a served engine."""
     args = bench_parser().parse_args(argv)
     settings = from_options(args, BenchSettings)
-    try:
+
+    def work():
         if settings.engine == "local":
             result = run_benchmark(settings=settings, progress=not args.quiet)
-            print(format_table(result))
-        else:
-            result = run_served_benchmark(settings)
-            print(render_rows(result["rows"], SERVED_COLUMNS))
-    except (InputError, ValueError) as e:
-        print(f"eagle3lab bench: {e}", file=sys.stderr)
-        return 2
-    except ServerError as e:  # a served engine that failed to start or died: its log's tail is in the message
-        print(f"eagle3lab bench: {e}", file=sys.stderr)
-        return 1
-    if settings.output:
-        write_json(Path(settings.output), result)
-        print(f"wrote {settings.output}")
-    return 0
+            return result, format_table(result), settings.output
+        result = run_served_benchmark(settings)
+        return result, render_rows(result["rows"], SERVED_COLUMNS), settings.output
 
-
-def tune_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eagle3lab tune", description=__doc__.split("\n")[0])
-    add_options(p, TuneSettings)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p
+    return _run("bench", work)
 
 
 def tune(argv: list[str]) -> int:
     """`eagle3lab tune`: tune in our engine, or in a served engine."""
     args = tune_parser().parse_args(argv)
     settings = from_options(args, TuneSettings)
-    try:
+
+    def work():
         if settings.engine == "local":
             result = tune_locally(settings, progress=not args.quiet)
-            print(format_result(result))
-        else:
-            result = tune_in_engine(settings) | {"settings": asdict(settings)}
-            print(format_engine_result(result))
-    except (InputError, ValueError) as e:
-        print(f"eagle3lab tune: {e}", file=sys.stderr)
-        return 2
-    except ServerError as e:  # a served engine that failed to start or died: its log's tail is in the message
-        print(f"eagle3lab tune: {e}", file=sys.stderr)
-        return 1
-    write_json(Path(settings.output), result)
-    print(f"wrote {settings.output}")
-    return 0
+            return result, format_result(result), settings.output
+        result = tune_in_engine(settings) | {"settings": asdict(settings)}
+        return result, format_engine_result(result), settings.output
+
+    return _run("tune", work)

@@ -1,10 +1,12 @@
 """Start a model server as a child process, wait until GET /health answers, and stop its whole process group after:
-SGLang on GPUs, `transformers serve` (a real OpenAI-compatible server, also on a CPU) for tests and benchmarks."""
+SGLang on GPUs, `transformers serve` (a real OpenAI-compatible server, also on a CPU) for tests and benchmarks. Also
+the one runner of a long set-up step (an engine's build or environment), with its progress on stderr."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import socket
@@ -19,6 +21,34 @@ import httpx
 
 from eagle3lab.devices import resolve_device
 from eagle3lab.serving.client import ServerClient, ServerError
+
+
+def _progress(line: str) -> str | None:
+    """What a set-up step's output line says of its progress: make's `[ 42%]` or ninja's `[120/287]` as a percent,
+    pip's collected and installed packages; None for other lines."""
+    step = re.match(r"\[\s*(\d+)%\]|\[(\d+)/(\d+)\]", line)
+    if step:
+        return f"{int(step.group(1)) if step.group(1) else 100 * int(step.group(2)) // int(step.group(3))}%"
+    return line.strip()[:100] if line.startswith(("Collecting ", "Installing collected", "Successfully")) else None
+
+
+def run_step(cmd: list, what: str, *, cwd: Path | None = None) -> tuple[int, str]:
+    """Run one set-up step, printing `what` with each tenth of a build or each pip package to stderr, and the time
+    it took (a build or an install here takes minutes and says nothing else). Returns (exit code, its last lines)."""
+    print(f"{what} ...", file=sys.stderr, flush=True)
+    start, shown, lines = time.monotonic(), -10, []
+    with subprocess.Popen(
+        [str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd
+    ) as proc:
+        for line in proc.stdout:
+            lines = (lines + [line.rstrip()])[-15:]
+            said = _progress(line)
+            percent = int(said[:-1]) if said and said.endswith("%") and said[:-1].isdigit() else None
+            if said and (percent is None or percent >= shown + 10):
+                shown = percent if percent is not None else shown
+                print(f"{what}: {said} ({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+    print(f"{what}: done in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    return proc.returncode, "\n".join(lines)
 
 
 def free_port() -> int:

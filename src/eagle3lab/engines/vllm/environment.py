@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from eagle3lab.engines.base import EngineMissing
 from eagle3lab.paths import cache_dir
+from eagle3lab.serving.processes import run_step
 
 VERSION = "0.32.0"
 # The CPU wheel pins torch==2.13.0+cpu, the torch of our own environment; installed first from the same pin so pip
@@ -46,11 +46,9 @@ def python_path(device: str = "cpu") -> Path:
 
 
 def _run(cmd: list, what: str) -> None:
-    print(f"vLLM setup: {what} ...", file=sys.stderr, flush=True)  # the whole setup takes minutes
-    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if done.returncode:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-        raise EngineMissing(f"vLLM setup: {what} failed (exit {done.returncode}):\n{tail}")
+    code, tail = run_step(cmd, f"vLLM setup: {what}")
+    if code:
+        raise EngineMissing(f"vLLM setup: {what} failed (exit {code}):\n{tail}")
 
 
 def setup(device: str = "cpu") -> Path:
@@ -62,7 +60,7 @@ def setup(device: str = "cpu") -> Path:
     shutil.rmtree(env, ignore_errors=True)
     env.parent.mkdir(parents=True, exist_ok=True)
     _run([sys.executable, "-m", "venv", env], "creating the virtual environment")
-    pip = [env / "bin" / "python", "-m", "pip", "install", "-q"]
+    pip = [env / "bin" / "python", "-m", "pip", "install", "--progress-bar", "off"]  # a line per package
     _run(pip + ["--upgrade", "pip"], "upgrading pip")
     if not device.startswith("cuda"):
         _run(pip + [CPU_TORCH], f"installing {CPU_TORCH}")
