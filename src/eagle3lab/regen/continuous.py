@@ -116,4 +116,4 @@ class ContinuousGenerator:
     def _result(self, tokens: list[int]) -> TurnResult:
         stopped = bool(tokens) and tokens[-1] in self.eos
         text = self.tokenizer.decode(tokens[:-1] if stopped else tokens, skip_special_tokens=True)
-        return TurnResult(text, "stop" if stopped else "length", len(tokens))
+        return TurnResult(text, "stop" if stopped else "length", len(tokens), list(tokens))
