@@ -9,6 +9,7 @@ from tiny import save_tiny_chat_model
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # one core for each of make test's two workers: more threads oversubscribe both
+    os.environ["EAGLE3LAB_LLAMACPP_THREADS"] = "1"  # every llama-server a test starts, the smoke pipeline's too
 
 ENGINE_GROUPS = ("vllm", "llamacpp")  # the engine fixtures whose tests share session servers
 

@@ -93,9 +93,7 @@ def test_the_trained_draft_speculates_in_llamacpp_and_greedy_output_equals_its_b
 def test_the_round_split_accepts_every_drafted_token_at_perfect_synthetic_acceptance(llamacpp, three_prompts):
     from eagle3lab.engines.llamacpp.round_split import split_rounds
 
-    split = split_rounds(
-        str(ROOT / TRAINED_DRAFT), max_steps=2, prompts=three_prompts[:2], tokens=24, threads=llamacpp.threads
-    )
+    split = split_rounds(str(ROOT / TRAINED_DRAFT), max_steps=2, prompts=three_prompts[:2], tokens=24)
     one, two = split["rows"]
     # llama.cpp's synthetic mode runs the real draft and accepts all it drafts (but an end-of-generation token)
     assert one["perfect_accept_length"] == pytest.approx(2.0, abs=0.1)

@@ -53,14 +53,11 @@ def _verify_s(client: ServerClient, prompts, n_tokens: int) -> float:
     return statistics.median(times)
 
 
-def split_rounds(
-    draft: str, target: str = DEFAULT_TARGET, *, max_steps: int = 3, prompts=None, tokens: int = 64, threads=None
-):
-    """The split for k = 1..max_steps: {"step_s", "rows": [{k, verify_s, round_s, rest_s, break_even, ...}]}.
-    `threads`: llama-server's (default: every core)."""
+def split_rounds(draft: str, target: str = DEFAULT_TARGET, *, max_steps: int = 3, prompts=None, tokens: int = 64):
+    """The split for k = 1..max_steps: {"step_s", "rows": [{k, verify_s, round_s, rest_s, break_even, ...}]}."""
     from transformers import AutoTokenizer
 
-    engine = LlamaCpp(target_spec=target, **({"threads": threads} if threads else {}))
+    engine = LlamaCpp(target_spec=target)
     gguf = engine.model(target)
     prompts = prompts or load_prompts(AutoTokenizer.from_pretrained(resolve(target)), ["mtbench"], None, 6)
     if any(len(p.ids) <= max_steps + 1 for p in prompts):

@@ -8,7 +8,7 @@ folder is exported to GGUF once (`eagle3lab export`, `gguf`), cached by the sha2
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle3lab.engines.base import SpecCounters, parse_spec_counters
@@ -37,6 +37,16 @@ def draft_gguf(draft: str | os.PathLike, target_spec: str) -> Path:
     return out
 
 
+THREADS_ENV = "EAGLE3LAB_LLAMACPP_THREADS"
+
+
+def default_threads() -> int:
+    """Every core, unless $EAGLE3LAB_LLAMACPP_THREADS says otherwise: llama.cpp's threads spin while they wait, so
+    beside another busy process (make test's other worker) two of them on two cores run several times slower than one
+    (a round split took 150 s, against 8 s with one thread)."""
+    return int(os.environ.get(THREADS_ENV) or os.cpu_count() or 1)
+
+
 @dataclass
 class LlamaCpp:
     """llama-server with the settings its launch line carries: `slots` parallel slots (1: requests one at a time;
@@ -49,7 +59,7 @@ class LlamaCpp:
     target_spec: str = DEFAULT_TARGET
     spec_type: str = SPEC_TYPE
     extra_args: tuple[str, ...] = ()
-    threads: int = os.cpu_count() or 1
+    threads: int = field(default_factory=lambda: default_threads())
     context: int = 4096
     slots: int = 1
     startup_timeout: float = 120.0
