@@ -13,9 +13,6 @@ from eagle3lab.doctor.probe import ProbeSettings, probe_requests
 from eagle3lab.engines.registry import ENGINES, entry_for_launch
 from eagle3lab.serving.client import ServerClient
 
-# the order servers are told apart: SGLang's /server_info first (older doctors' order), then /props, then /metrics
-PROBE_ORDER = ("sglang", "llamacpp", "vllm")
-
 
 def parse_launch(command: str | list[str]) -> Launch:
     """Parse a server command (shell quoting and line continuations) with the reader of the engine it starts:
@@ -41,8 +38,8 @@ def check_server(
     when it does not)."""
     with ServerClient(url, timeout=timeout, transport=transport) as client:
         try:
-            for name in PROBE_ORDER:
-                found = ENGINES[name].check_server(client, launch, settings)
+            for entry in ENGINES.values():  # each probe asks for its engine's own mark (/metrics' vllm:, /props, ...)
+                found = entry.check_server(client, launch, settings)
                 if found is not None:
                     return found
         except httpx.HTTPError as e:

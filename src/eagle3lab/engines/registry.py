@@ -7,7 +7,7 @@ from eagle3lab.engines.llamacpp.entry import ENTRY as LLAMACPP
 from eagle3lab.engines.sglang.entry import ENTRY as SGLANG
 from eagle3lab.engines.vllm.entry import ENTRY as VLLM
 
-# SGLang last: its launch-line reader takes any line, and its probe (/server_info) is tried first by the doctor
+# SGLang last: its launch-line reader takes any line (the doctor reads and probes in this order)
 ENGINES: dict[str, EngineEntry] = {e.name: e for e in (VLLM, LLAMACPP, SGLANG)}
 SERVED = {name: e for name, e in ENGINES.items() if e.server is not None}  # the engines that run on this machine
 SERVED_TITLES = {name: e.title for name, e in SERVED.items()}
