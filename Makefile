@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.eagle3lab-installed
 
-.PHONY: setup data model vllm llamacpp lint test repro smoke lab clean-venv
+.PHONY: setup data model vllm llamacpp specforge lint test repro smoke lab clean-venv
 
 setup: $(STAMP)
 
@@ -41,6 +41,11 @@ vllm: setup
 llamacpp: setup
 	$(BIN)/python -m eagle3lab.engines.llamacpp.build setup
 
+# SpecForge's trainer (the peer ours is compared with: python -m eagle3lab.train.specforge.compare) runs from its own
+# environment (its wheel pins transformers 5.8.1), built once into the user cache: our torch, specforge, its imports.
+specforge: setup
+	$(BIN)/python -m eagle3lab.train.specforge.environment setup
+
 # ruff: formatting and lint rules live in pyproject.toml ([tool.ruff]); `ruff format . && ruff check --fix .` mends most.
 lint: setup
 	$(BIN)/ruff format --check --quiet .
@@ -48,7 +53,7 @@ lint: setup
 
 # Two workers: much of a test's time is single-threaded (server starts, HTTP waits), so a second worker fills the other
 # core; each engine's server tests stay together on one worker (tests/conftest.py groups them).
-test: setup data model vllm llamacpp lint
+test: setup data model vllm llamacpp specforge lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # Stage commands call `python`: put the project's environment first on PATH.
