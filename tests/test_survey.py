@@ -83,20 +83,26 @@ def test_projection_reproduces_the_seeds_figure():
         survey.project_regeneration(1, 1, 0)
 
 
-def test_regeneration_projections_cover_whole_source_and_mixture_share(smollm2):
+def test_regeneration_projections_cover_whole_source_caps_and_mixture_share(smollm2):
     inv = survey.inventory(HAND, smollm2.tokenizer)
     rows = survey.regeneration_projections(
-        {"hand": inv, "other": inv}, {"hand": 3.0, "other": 1.0}, 100, 50.0, max_new_tokens=4, max_turns=2
+        {"hand": inv, "other": inv},
+        {"hand": 75, "other": 25},
+        50.0,
+        max_new_tokens=4,
+        max_turns=2,
+        available={"hand": 40},
     )
     assert [(r["source"], r["scope"], r["prompts"]) for r in rows] == [
-        ("hand", "whole source", 4),
+        ("hand", "whole source", 40),
+        ("hand", "after set caps", 4),
         ("hand", "mixture share", 75),
         ("other", "whole source", 4),
         ("other", "mixture share", 25),
     ]
     tpp = survey.tokens_per_prompt(inv, 4, 2)
-    assert rows[1]["tokens"] == [round(75 * tpp[0]), round(75 * tpp[1])]
-    assert rows[1]["hours"] == survey.project_regeneration(75, tpp, 50.0)["hours"]
+    assert rows[2]["tokens"] == [round(75 * tpp[0]), round(75 * tpp[1])]
+    assert rows[2]["hours"] == survey.project_regeneration(75, tpp, 50.0)["hours"]
 
 
 def test_encode_for_scoring_masks_only_the_answers(smollm2):

@@ -11,7 +11,19 @@ from eagle3lab.io import InputError
 from eagle3lab.paths import DATA
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
-CATEGORIES = ("target-native", "distill-reasoning", "code-instruction", "chat", "agentic", "evaluation")
+# The seeds' categories, plus the issue's four for the local training sources (chat, code, math, qa): the mixture's
+# quotas are by these.
+CATEGORIES = (
+    "target-native",
+    "distill-reasoning",
+    "code-instruction",
+    "agentic",
+    "chat",
+    "code",
+    "math",
+    "qa",
+    "evaluation",
+)
 FIELDS = ("id", "location", "category", "size", "format", "generator", "license", "why", "rank", "loader")
 # A hub source counts as available locally when a copy in hub layout sits here (e.g. data/hub/ORG/NAME/data/*.parquet).
 HUB_MIRROR = DATA / "hub"
@@ -115,18 +127,22 @@ def ranked(sources: list[Source]) -> list[Source]:
 
 
 def _packaged_loaders() -> dict:
-    from eagle3lab.data import sources as data
+    from eagle3lab.data.packaged import TRAINING_SOURCES
+    from eagle3lab.data.sources import EVALUATION_SETS
 
-    return {**data.TRAINING_SOURCES, **data.EVALUATION_SETS}
+    return {**TRAINING_SOURCES, **EVALUATION_SETS}
 
 
 def local_path(source: Source, mirror: Path = HUB_MIRROR) -> Path | None:
     """Where a local copy of `source` lives, or None when it is not available offline."""
     if source.loader.startswith("packaged:"):
-        member = source.location.split("/", 1)[1] if "/" in source.location else ""
-        # Packaged files are extracted under data/<loader name>/ by `eagle3lab data fetch`.
-        folder = DATA / source.loader.split(":", 1)[1]
-        candidate = folder / Path(member).name
+        from eagle3lab.data.packaged import TRAINING_SOURCES
+
+        name = source.loader.split(":", 1)[1]
+        if name in TRAINING_SOURCES:
+            candidate = TRAINING_SOURCES[name].path
+        else:  # an evaluation set: its one file, extracted under data/<loader name>/ by `eagle3lab data fetch`
+            candidate = DATA / name / Path(source.location.split("/", 1)[-1]).name
         return candidate if candidate.exists() else None
     if source.hub_id:
         candidate = mirror / source.hub_id
@@ -134,14 +150,25 @@ def local_path(source: Source, mirror: Path = HUB_MIRROR) -> Path | None:
     return None
 
 
-def load_source_records(source: Source, limit: int | None = None, tokenizer=None, mirror: Path = HUB_MIRROR):
-    """Records of a catalog source from its local copy (packaged loader, or a hub-layout mirror folder)."""
+def load_source(
+    source: Source,
+    *,
+    set_cap: int | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+    tokenizer=None,
+    mirror: Path = HUB_MIRROR,
+):
+    """A catalog source's records from its local copy (packaged loader, or a hub-layout mirror folder), as a
+    `packaged.Loaded`; `set_cap` caps each set of a many-set source (a seeded sample)."""
     from eagle3lab.data.formats import load_records
+    from eagle3lab.data.packaged import Loaded, Packaged
 
     if source.loader.startswith("packaged:"):
-        name = source.loader.split(":", 1)[1]
-        records = _packaged_loaders()[name]()
-        return records[:limit] if limit else records
+        loader = _packaged_loaders()[source.loader.split(":", 1)[1]]
+        loaded = loader.load(set_cap=set_cap, seed=seed) if isinstance(loader, Packaged) else Loaded(loader())
+        loaded.records = loaded.records[:limit] if limit else loaded.records
+        return loaded
     path = local_path(source, mirror)
     if path is None:
         raise InputError(
@@ -150,4 +177,7 @@ def load_source_records(source: Source, limit: int | None = None, tokenizer=None
             f"copy at {mirror / (source.hub_id or source.id)}"
         )
     fmt = None if source.loader == "auto" else source.loader
-    return load_records(path, format=fmt, source=source.id, category=source.category, limit=limit, tokenizer=tokenizer)
+    records = load_records(
+        path, format=fmt, source=source.id, category=source.category, limit=limit, tokenizer=tokenizer
+    )
+    return Loaded(records)

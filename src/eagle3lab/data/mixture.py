@@ -1,5 +1,6 @@
-"""The training prompt mixture: per-source quotas to a total, deduplicated, evaluation prompts excluded, split into
-train/validation, written as ShareGPT-style JSONL rows {id, source, category, source_id, conversations}."""
+"""The training prompt mixture: category quotas to a total (each category's sources with their caps), deduplicated,
+evaluation and reserved prompts excluded, split into train/validation, written as ShareGPT-style JSONL rows
+{id, source, category, source_id, conversations}."""
 
 from __future__ import annotations
 
@@ -9,24 +10,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle3lab.data.formats import clean_turns, normalize_text
+from eagle3lab.data.packaged import RESERVED_SETS
 from eagle3lab.data.sources import EVALUATION_SETS, Record
 from eagle3lab.data.survey import prompt_key_of
 from eagle3lab.io import InputError, write_jsonl
 
 
-class EvalIndex:
-    """Finds evaluation prompts inside training text, by normalized text: an exact match of any evaluation user turn,
-    or a shared run of `ngram` words (so an evaluation prompt wrapped in other words is caught too)."""
+class HeldOutIndex:
+    """Finds held-out prompts (evaluation and reserved sets) inside training text, by normalized text: an exact match
+    of any held-out user turn, or a shared run of `ngram` words (so a prompt wrapped in other words is caught too)."""
 
-    def __init__(self, eval_records: list[Record], ngram: int = 13):
+    def __init__(self, held_out: list[Record], ngram: int = 13):
         self.ngram = ngram
         self.exact: dict[str, str] = {}
         self.grams: dict[tuple, str] = {}
-        for r in eval_records:
+        self.reserved = {r.id for r in held_out if r.source in RESERVED_SETS}
+        self.checked = {"evaluation": 0, "reserved": 0}  # distinct prompts of each kind
+        for r in held_out:
             for t in r.conversations:
                 if t["role"] != "user":
                     continue
                 norm = normalize_text(t["content"])
+                if norm not in self.exact:
+                    self.checked["reserved" if r.id in self.reserved else "evaluation"] += 1
                 self.exact.setdefault(norm, r.id)
                 for g in self._grams(norm.split()):
                     self.grams.setdefault(g, r.id)
@@ -36,7 +42,7 @@ class EvalIndex:
         return (tuple(words[i : i + self.ngram]) for i in range(len(words) - self.ngram + 1))
 
     def match(self, text: str) -> str | None:
-        """The id of an evaluation record whose prompt appears in `text`, else None."""
+        """The id of a held-out record whose prompt appears in `text`, else None."""
         norm = normalize_text(text)
         if norm in self.exact:
             return self.exact[norm]
@@ -60,6 +66,27 @@ def allocate(quotas: dict[str, float], total: int) -> dict[str, int]:
     return counts
 
 
+def plan(quotas: dict[str, dict], total: int) -> dict[str, int]:
+    """Conversations per source: categories get `total` by their shares; a category's count is split evenly among
+    its sources, none above its cap (null: no cap), what a capped source cannot take going to the others (in name
+    order for the odd one). A category whose sources are all at their caps comes out short."""
+    counts = {}
+    for category, n in allocate({c: q["share"] for c, q in quotas.items()}, total).items():
+        caps = quotas[category]["sources"]
+        open_, left = sorted(caps), n
+        while open_:
+            even = allocate(dict.fromkeys(open_, 1), left)
+            full = [s for s in open_ if caps[s] is not None and even[s] > caps[s]]
+            if not full:
+                counts.update(even)
+                break
+            for s in full:  # a capped source takes its cap; the rest is split again among the others
+                counts[s] = caps[s]
+                left -= caps[s]
+                open_.remove(s)
+    return counts
+
+
 def stable_id(source: str, prompt_key: str) -> str:
     """Same prompt from the same source -> same id, whatever the seed, quota or order of the run."""
     return f"{source}:{hashlib.sha1(prompt_key.encode()).hexdigest()[:16]}"
@@ -67,28 +94,31 @@ def stable_id(source: str, prompt_key: str) -> str:
 
 def build_mixture(
     sources: dict[str, list[Record]],
-    quotas: dict[str, float],
+    quotas: dict[str, dict],
     total: int,
     *,
-    eval_records: list[Record],
+    held_out: list[Record],
     val_fraction: float = 0.05,
     seed: int = 0,
     ngram: int = 13,
 ) -> Mixture:
-    """Draw `total` conversations from `sources` in proportion to `quotas` (deterministic given `seed`).
+    """Draw `total` conversations from `sources` by category quotas (`plan`; deterministic given `seed`).
 
-    Each source is walked in a seeded random order; a record is taken after cleaning (empty turns and leading
-    assistant turns dropped), unless it has no user turn, repeats an already-taken prompt (normalized user turns,
-    across sources), or contains an evaluation prompt. Sources that run short are reported, not topped up."""
-    _check_request(sources, quotas, total, val_fraction, eval_records)
-    index = EvalIndex(eval_records, ngram)
-    counts = allocate(quotas, total)
+    `held_out` must hold every evaluation set's and every reserved set's records (`packaged.held_out_records()`):
+    this is the one check that keeps them out of training. Each source is walked in a seeded random order; a record
+    is taken after cleaning (empty turns and leading assistant turns dropped), unless it has no user turn, repeats
+    an already-taken prompt (normalized user turns, across sources), or contains a held-out prompt. Sources that
+    run short are reported, not topped up."""
+    _check_request(sources, quotas, total, val_fraction, held_out)
+    index = HeldOutIndex(held_out, ngram)
+    counts = plan(quotas, total)
+    category = {s: c for c, q in quotas.items() for s in q["sources"]}
     taken_keys: set[str] = set()  # shared across sources: a prompt is taken once, whichever source has it
     selected: list[dict] = []
     per_source = {}
-    for name in sorted(quotas):
-        fraction = round(quotas[name] / sum(quotas.values()), 4)
-        rows, per_source[name] = _draw(name, sources[name], counts[name], fraction, index, taken_keys, seed)
+    for name in sorted(counts):
+        rows, per_source[name] = _draw(name, sources[name], counts[name], index, taken_keys, seed)
+        per_source[name].update(category=category[name], cap=quotas[category[name]]["sources"][name])
         selected += rows
     train, val = split(selected, val_fraction, seed)
     summary = {
@@ -98,8 +128,13 @@ def build_mixture(
         "train": len(train),
         "val": len(val),
         "val_fraction": val_fraction,
-        "eval_prompts_checked": index.size,
+        "eval_prompts_checked": index.checked["evaluation"],
+        "reserved_prompts_checked": index.checked["reserved"],
+        "held_out_sets": sorted({r.source for r in held_out}),
         "eval_ngram": ngram,
+        "categories": {
+            c: {"share": q["share"], "planned": sum(counts[s] for s in q["sources"])} for c, q in quotas.items()
+        },
         "sources": per_source,
         "notes": "leading assistant turns (before the first user turn) and empty turns are dropped; "
         "conversations left without a user turn are skipped (no_prompt)",
@@ -107,34 +142,63 @@ def build_mixture(
     return Mixture(train=train, val=val, summary=summary)
 
 
-def _check_request(sources, quotas, total, val_fraction, eval_records) -> None:
+def _check_request(sources, quotas, total, val_fraction, held_out) -> None:
     if total < 1:
         raise InputError(f"mixture total must be at least 1, got {total}")
     if not 0 <= val_fraction < 1:
         raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
     if not quotas:
-        raise InputError("mixture quotas are empty: give at least one source -> fraction")
-    for name, q in quotas.items():
-        if name in EVALUATION_SETS or any(r.category == "evaluation" for r in sources.get(name, [])[:1]):
-            raise InputError(f"mixture quota names evaluation set {name!r}: evaluation sets are never mixed in")
-        if name not in sources:
-            raise InputError(f"mixture quota names unknown source {name!r}; available: {sorted(sources)}")
-        if not isinstance(q, (int, float)) or isinstance(q, bool) or q <= 0:
-            raise InputError(f"mixture quota for {name!r} must be a positive fraction, got {q!r}")
-    if not eval_records:
-        raise InputError("no evaluation records given: the mixture must be checked against the evaluation prompts")
+        raise InputError("mixture quotas are empty: give at least one category -> {share, sources}")
+    seen = {}
+    for cat, q in quotas.items():
+        where = f"mixture quota {cat!r}"
+        if not isinstance(q, dict) or set(q) != {"share", "sources"} or not isinstance(q["sources"], dict):
+            raise InputError(f"{where}: expected {{share: fraction, sources: {{source: cap or null}}}}, got {q!r}")
+        share = q["share"]
+        if not isinstance(share, (int, float)) or isinstance(share, bool) or share <= 0:
+            raise InputError(f"{where}: field 'share' must be a positive fraction, got {share!r}")
+        if not q["sources"]:
+            raise InputError(f"{where}: field 'sources' is empty")
+        for name, cap in q["sources"].items():
+            _check_source(name, cap, cat, sources, seen)
+    missing = (set(EVALUATION_SETS) | set(RESERVED_SETS)) - {r.source for r in held_out}
+    if missing:
+        raise InputError(
+            f"held-out records lack {sorted(missing)}: the mixture must be checked against every evaluation and "
+            "reserved set (pass eagle3lab.data.packaged.held_out_records())"
+        )
 
 
-def _draw(name, records, quota, fraction, index, taken_keys, seed) -> tuple[list[dict], dict]:
-    """Up to `quota` clean, new, evaluation-free conversations of one source, walked in a seeded order."""
+def _check_source(name, cap, category, sources, seen) -> None:
+    where = f"mixture quota {category!r}: source {name!r}"
+    if name in EVALUATION_SETS or name in RESERVED_SETS:
+        kind = "evaluation" if name in EVALUATION_SETS else "reserved"
+        raise InputError(f"{where} is a{'n' if kind == 'evaluation' else ''} {kind} set: it is never mixed in")
+    if name not in sources:
+        raise InputError(f"{where} is unknown; available: {sorted(sources)}")
+    held = next((r.category for r in sources[name][:1] if r.category in ("evaluation", "reserved")), None)
+    if held:
+        raise InputError(f"{where} holds {held} records: they are never mixed in")
+    if name in seen:
+        raise InputError(f"{where} is already under {seen[name]!r}: a source fills one category")
+    seen[name] = category
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+        raise InputError(f"{where}: cap must be a positive integer or null, got {cap!r}")
+    wrong = next((r.category for r in sources[name][:1] if r.category != category), None)
+    if wrong:
+        raise InputError(f"{where}: its records are {wrong!r}, not {category!r}")
+
+
+def _draw(name, records, quota, index, taken_keys, seed) -> tuple[list[dict], dict]:
+    """Up to `quota` clean, new, held-out-free conversations of one source, walked in a seeded order."""
     stats = {
         "quota": quota,
-        "fraction": fraction,
         "available": len(records),
         "scanned": 0,
         "selected": 0,
         "duplicates": 0,
         "eval_excluded": 0,
+        "reserved_excluded": 0,
         "no_prompt": 0,
         "leading_assistant_turns_dropped": 0,
         "empty_turns_dropped": 0,
@@ -162,7 +226,7 @@ def _draw(name, records, quota, fraction, index, taken_keys, seed) -> tuple[list
             continue
         hit = next((m for t in turns if t["role"] == "user" for m in [index.match(t["content"])] if m), None)
         if hit:
-            stats["eval_excluded"] += 1
+            stats["reserved_excluded" if hit in index.reserved else "eval_excluded"] += 1
             if len(stats["eval_matches"]) < 20:
                 stats["eval_matches"].append({"source_id": rec.id, "eval_id": hit})
             continue

@@ -1,8 +1,8 @@
 """The packaged raw sources as one record type.
 
 Every loader returns `Record`s: id, source, category, conversations (role/content turns) and an optional
-reference answer. Training sources and evaluation sets are separate registries, so an evaluation set can never
-be picked up as training data by name.
+reference answer. This module holds ShareGPT and the evaluation sets; the other packaged training sources and the
+reserved sets are in `eagle3lab.data.packaged`.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def sharegpt_turns(raw: list, where: str) -> list[dict]:
 
 def load_sharegpt(path: Path | None = None) -> tuple[list[Record], SalvageReport]:
     path = path or DATA / "sharegpt" / "ShareGPT_V3_unfiltered_cleaned_split.json"
-    _require_file(path)
+    require_data(path)
     items, report = salvage_json_array(path)
     records = []
     for i, item in enumerate(items):
@@ -109,7 +109,7 @@ def load_sharegpt(path: Path | None = None) -> tuple[list[Record], SalvageReport
 def load_mtbench(path: Path | None = None) -> list[Record]:
     """MT-bench: two user turns per question; the second is asked after the model's first answer."""
     path = path or DATA / "mtbench" / "mt-en.jsonl"
-    _require_file(path)
+    require_data(path)
     records = []
     for i, row in enumerate(read_jsonl(path)):
         where = f"{path}: record {i + 1}"
@@ -127,7 +127,7 @@ def load_mtbench(path: Path | None = None) -> list[Record]:
 
 def load_humaneval(path: Path | None = None) -> list[Record]:
     path = path or DATA / "humaneval" / "HumanEval.jsonl.gz"
-    _require_file(path)
+    require_data(path)
     records = []
     with gzip.open(path, "rt") as f:
         for i, line in enumerate(f):
@@ -150,7 +150,7 @@ def load_humaneval(path: Path | None = None) -> list[Record]:
 
 def load_gsm8k(path: Path | None = None) -> list[Record]:
     path = path or DATA / "gsm8k" / "test.jsonl"
-    _require_file(path)
+    require_data(path)
     return [
         Record(
             id=f"gsm8k-test/{i}",
@@ -163,11 +163,20 @@ def load_gsm8k(path: Path | None = None) -> list[Record]:
     ]
 
 
-def _require_file(path: Path) -> None:
+def require_data(path: Path) -> None:
     if not Path(path).exists():
         raise FileNotFoundError(f"{path} is missing: run `make data` (or `eagle3lab data fetch`) first")
 
 
-# Training sources and evaluation sets never share a registry: mixtures draw only from TRAINING_SOURCES.
-TRAINING_SOURCES = {"sharegpt": lambda: load_sharegpt()[0]}
+def read_json(path: Path):
+    """One JSON document from data/, or an InputError naming the file."""
+    require_data(path)
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON ({e})") from None
+
+
+# Evaluation sets have a registry of their own (training sources: packaged.TRAINING_SOURCES; reserved sets, in
+# neither: packaged.RESERVED_SETS), so no mixture can pick one up as training data by name.
 EVALUATION_SETS = {"mtbench": load_mtbench, "humaneval": load_humaneval, "gsm8k": load_gsm8k}

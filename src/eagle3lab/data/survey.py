@@ -303,19 +303,21 @@ def project_regeneration(n_prompts: int, tokens_per_prompt, throughput_tok_s) ->
 
 def regeneration_projections(
     inventories: dict[str, Inventory],
-    quotas: dict[str, float],
-    mixture_total: int,
+    shares: dict[str, int],
     throughput_tok_s: float,
     *,
     max_new_tokens: int,
     max_turns: int,
+    available: dict[str, int] | None = None,
 ) -> list[dict]:
-    """Projected regeneration cost of each training source, for the whole source and for its mixture share."""
+    """Projected regeneration cost of each training source: the whole source (`available` records, before per-set
+    caps), what its set caps keep when they cut, and its mixture share (`shares`: conversations per source)."""
     rows = []
     for sid, inv in inventories.items():
         tpp = tokens_per_prompt(inv, max_new_tokens, max_turns)
-        share = round(mixture_total * quotas.get(sid, 0) / sum(quotas.values()))
-        for scope, n in (("whole source", inv.records), ("mixture share", share)):
+        whole = (available or {}).get(sid, inv.records)
+        scopes = [("whole source", whole)] + ([("after set caps", inv.records)] if whole != inv.records else [])
+        for scope, n in scopes + [("mixture share", shares.get(sid, 0))]:
             p = project_regeneration(n, tpp, throughput_tok_s)
             rows.append(
                 {

@@ -1,4 +1,5 @@
-"""The dataset survey's figures: length distributions, duplicates, on-policy score, regeneration cost."""
+"""The dataset survey's figures: length distributions, duplicates and per-set caps, on-policy score, regeneration
+cost."""
 
 from __future__ import annotations
 
@@ -28,10 +29,22 @@ def lengths(inventories: dict[str, Inventory]):
     return fig
 
 
-def duplicates(inventory_table: pd.DataFrame):
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    inventory_table[["duplicate_rate", "prompt_duplicate_rate"]].plot.bar(ax=ax, rot=0)
+def duplicates(inventory_table: pd.DataFrame, set_summaries: dict[str, dict]):
+    """Duplicates per source, and what the per-set caps keep of each many-set source."""
+    fig, (ax, caps) = plt.subplots(1, 2, figsize=(12, 3.6), gridspec_kw={"width_ratios": [3, 2]})
+    inventory_table[["duplicate_rate", "prompt_duplicate_rate"]].plot.bar(ax=ax, rot=30)
     ax.set(ylabel="fraction of records", title="duplicates (normalized text)")
+    many = {sid: s for sid, s in set_summaries.items() if s}
+    x = range(len(many))
+    caps.bar([i - 0.2 for i in x], [s["available"] for s in many.values()], 0.4, label="available")
+    caps.bar([i + 0.2 for i in x], [s["kept"] for s in many.values()], 0.4, label="kept under the set cap")
+    for i, s in zip(x, many.values()):
+        caps.annotate(
+            f"{s['sets']} sets, {s['capped_sets']} capped", (i, s["kept"]), ha="center", va="bottom", fontsize=8
+        )
+    caps.set_xticks(list(x), list(many), rotation=30)
+    caps.set(yscale="log", ylabel="records", title="per-set caps")
+    caps.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -50,13 +63,14 @@ def onpolicy(onpolicy_table: pd.DataFrame, target: str):
 
 def regeneration_cost(rows: list[dict], throughput_tok_s: float):
     """Projected hours per source and scope: low = source-length answers, high = every answer at the cap."""
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig, ax = plt.subplots(figsize=(max(7, 0.75 * len(rows)), 3.6))
     labels = [f"{r['source']}\n{r['scope']}" for r in rows]
     ax.bar(
         labels, [r["hours"][1] for r in rows], color="tab:orange", alpha=0.5, label="high (every answer hits the cap)"
     )
     ax.bar(labels, [r["hours"][0] for r in rows], color="tab:orange", label="low (source-length answers)")
     ax.set(ylabel=f"hours at {throughput_tok_s:.0f} tok/s", yscale="log", title="projected regeneration time")
+    ax.tick_params(axis="x", labelsize=7)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
