@@ -61,7 +61,7 @@ repro: setup data model vllm llamacpp
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
 	$(BIN)/python -m eagle3lab.pipeline.report  # README's Results section, from metrics/
 
-smoke: setup data model
+smoke: setup data model llamacpp
 	$(BIN)/python -m eagle3lab.pipeline.smoke
 
 # Rooted at the repository: notebooks/ to run, reports/ (executed notebooks) and figures/ to read.

@@ -1,13 +1,16 @@
-"""`eagle3lab regen --backend llamacpp` with a real llama-server, which the run starts itself on the target's bf16
-GGUF: the server is killed with SIGKILL mid-run and does not come back, so the run ends with an error that says to
-rerun with --resume, the records written stay, and the rerun (a fresh server) finishes with nothing lost, duplicated
-or rewritten."""
+"""`eagle3lab regen --backend llamacpp` with a real llama-server, which the run starts itself on the target's GGUF
+(bf16, or f32 on a CPU without bf16 arithmetic): the server is killed with SIGKILL mid-run and does not come back,
+so the run ends with an error that says to rerun with --resume, the records written stay, and the rerun (a fresh
+server) finishes with nothing lost, duplicated or rewritten."""
 
 import json
 import os
 import signal
 from pathlib import Path
 
+import pytest
+
+from eagle3lab.engines.llamacpp.gguf import target_weights
 from test_regen import _run_cli, _wait_for_lines, write_rows
 from test_regen_vllm import _lines
 
@@ -64,7 +67,8 @@ def test_llamacpp_killed_mid_run_then_resume(tmp_path, llamacpp):
     assert sorted(r["id"] for r in after) == sorted(f"l{i}" for i in range(N)) and len(after) == N
     assert _lines(errors) == [] and [r["id"] for r in _lines(skipped)] == ["too-long"]
     assert all(r["turns"][0]["new_tokens"] >= 1 and r["generation"]["backend"] == "llamacpp" for r in after)
-    assert all(r["generation"]["model"].endswith(".gguf") and "bf16" in r["generation"]["model"] for r in after)
+    weights = target_weights()  # --weights auto: the exported target at the CPU's fast precision
+    assert all(r["generation"]["model"].endswith(".gguf") and f"-{weights}-" in r["generation"]["model"] for r in after)
 
 
 def test_onpolicy_check_sends_the_same_ids_and_template(llamacpp):
@@ -79,3 +83,33 @@ def test_onpolicy_check_sends_the_same_ids_and_template(llamacpp):
     # the same weights, greedy: llama.cpp's answers are about as likely under the HF target as its own
     assert figures["nll_hf"] > 0 and 0 < figures["nll_ratio"] < 1.5
     assert 0 <= figures["identical_share"] <= 1 and figures["mean_common_prefix"] >= 1
+
+
+def test_regen_bench_puts_each_llamacpp_row_against_the_machine_limit(tmp_path, llamacpp):
+    """Two llama.cpp rows (the exported target and the wheel's Q4_1) on one table, each with its share of the
+    machine's limit, whose arithmetic comes from SmolLM2's config."""
+    from eagle3lab.regen.bench import BenchSettings, bench
+
+    s = BenchSettings(
+        n=2,
+        max_new_tokens=4,
+        baseline_n=0,
+        engines=[],
+        serve_n=2,
+        threads=1,
+        workdir=str(tmp_path),
+        llamacpp_slots=[2],
+        llamacpp_weights=["auto", "q4_1"],
+    )
+    lines: list[str] = []
+    figures = bench(s, log=lines.append)
+    machine = figures["machine"]
+    assert machine["flops_per_token"] == 268_959_744  # 2 x (30 x 3.54M + 28.3M head) multiply-adds
+    assert machine["limit_tok_s"] > 0 and any("MFLOP a token" in line for line in lines)
+    rows = {row["weights"]: row for row in figures["rows"]}
+    assert set(rows) == {target_weights(), "q4_1"} and all(r["engine"] == "llama.cpp" for r in rows.values())
+    for name, row in rows.items():
+        assert row["tokens"] >= 2 and row["tok_s"] > 0
+        assert row["share_of_limit"] == pytest.approx(row["tok_s"] / machine["limit_tok_s"])
+        assert figures[f"llamacpp_{name}_s2_tok_s"] == row["tok_s"]
+    assert "of limit" in lines[-2] and "llama.cpp" in lines[-2]  # the table, printed before the JSON

@@ -39,6 +39,22 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     return torch.device(text)
 
 
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags as Linux lists them (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def native_bf16_cpu() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX-512 BF16 or AMX). Without it bf16 is emulated: on a 2-core
+    AVX2 EPYC, torch's bf16 GEMM ran at 5 GFLOP/s against 31 in fp32, and llama.cpp's bf16 GGUF several times slower
+    than its f32 one."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
 def synchronize(device: torch.device | str) -> None:
     """Wait for queued GPU work, so a wall-clock reading covers it (a no-op on the CPU)."""
     device = torch.device(device)

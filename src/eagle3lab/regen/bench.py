@@ -1,12 +1,17 @@
-"""`eagle3lab regen bench`: regeneration throughput (a command that prints figures, never a test).
+"""`eagle3lab regen bench`: regeneration throughput of every engine on one table (a command that prints figures,
+never a test).
 
-On the same seeded ShareGPT prompts: plain batch-1 `generate`, the local backend at batch 1, the local backend with
-each engine (eagle3lab's BatchGenerator, transformers' paged continuous batching) at each --batch-size, and a server
-(`transformers serve` or vLLM, --server-engine) through the openai backend at each --serve-concurrency. Figures are
-`NAME_tok_s`: local_ENGINE_bB, SERVER_cC, and local_ENGINE (the engine's best batch size).
+On the same seeded ShareGPT prompts: plain batch-1 `generate` and the local backend at batch 1 (--baseline-n), the
+local backend with each engine (eagle3lab's BatchGenerator, transformers' paged continuous batching) at each
+--batch-size, llama.cpp (the llamacpp backend: its own llama-server) for each --llamacpp-weights at each
+--llamacpp-slots, vLLM (its own environment: `make vllm`) at each --vllm-concurrency and `transformers serve` at each
+--transformers-concurrency, both through the openai backend. Each row's tok/s is also given as a share of the
+machine's limit (regen.machine_limit: the model's FLOPs a token against the GEMM rate measured here), whose arithmetic
+is printed. Figures are `NAME_tok_s` (local_ENGINE_bB, llamacpp_WEIGHTS_sS, vllm_cC, transformers_cC; local_ENGINE:
+the engine's best batch size) and `rows`, the table.
 
-    eagle3lab regen bench --engines batching --batch-size 1 4 16 --server-engine vllm --serve-concurrency 1 4 16 \\
-        --n 32 --serve-n 32 --baseline-n 0 --max-new-tokens 128 --device cpu
+    eagle3lab regen bench --engines batching --batch-size 8 32 --llamacpp-weights f32 bf16 q4_1 \\
+        --llamacpp-slots 8 16 32 --vllm-concurrency 16 32 --n 64 --baseline-n 0 --max-new-tokens 128 --device cpu
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ import argparse
 import contextlib
 import json
 import os
-import random
 import sys
 import tempfile
 from collections.abc import Callable
@@ -28,7 +32,7 @@ from eagle3lab.io import InputError, write_jsonl
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import add_options, from_options, option
 from eagle3lab.regen.errors import RegenError
-from eagle3lab.regen.inputs import PromptLength, SkippedRow, plan_conversation
+from eagle3lab.regen.inputs import PromptLength, sharegpt_prompts
 from eagle3lab.regen.run import regenerate
 from eagle3lab.regen.settings import DTYPES
 from eagle3lab.serving.processes import ServerError, free_port, start_server, transformers_serve_command
@@ -46,15 +50,20 @@ class BenchSettings:
     max_batch_tokens: int = option(65536, "KV-cache budget in tokens (see eagle3lab regen)")
     baseline_n: int = option(4, "prompts for the batch-1 baselines (0 skips them)")
     engines: list[str] = option(("batching", "continuous"), "local engines to measure", metavar="ENGINE")
-    serve_n: int = option(16, "prompts through the server, the first of the local engines' (0 skips the server)")
-    server_engine: str = option(
-        "transformers",
-        "the server the openai backend measures: `transformers serve` or vLLM (its own environment: `make vllm`)",
-        choices=SERVER_ENGINES,
+    serve_n: int = option(64, "prompts through the servers, the first of the local engines' (0 skips every server)")
+    llamacpp_slots: list[int] = option((16,), "llama-server's parallel slots (several: each)", metavar="N")
+    llamacpp_weights: list[str] = option(
+        ("auto",), "the target GGUFs llama.cpp runs: bf16, f32, q4_1, auto (see eagle3lab regen --weights)", metavar="W"
     )
-    serve_concurrency: list[int] = option((4,), "requests in flight to the server (several: each)", metavar="N")
+    threads: int | None = option(None, "llama-server's CPU threads (default: every core)", type=int)
+    vllm_concurrency: list[int] = option(
+        (), "requests in flight to vLLM (several: each; none: no vLLM row)", metavar="N"
+    )
     server_compile: bool = option(True, "start vLLM eager (--enforce-eager) instead of compiled")
-    dtype: str = option("bfloat16", "model dtype", choices=DTYPES)
+    transformers_concurrency: list[int] = option(
+        (), "requests in flight to `transformers serve` (several: each; none: no row)", metavar="N"
+    )
+    dtype: str = option("bfloat16", "model dtype of the local engines and the servers", choices=DTYPES)
     device: str = option("auto", f"where models run: {DEVICE_HELP}")
     target: str = option(DEFAULT_TARGET, "the model")
     max_prompt_tokens: int = option(512, "longest prompt sampled, in tokens")
@@ -62,7 +71,9 @@ class BenchSettings:
 
     def __post_init__(self):
         self.engines, self.batch_size = list(self.engines), list(self.batch_size)
-        self.serve_concurrency = list(self.serve_concurrency)
+        self.llamacpp_slots, self.llamacpp_weights = list(self.llamacpp_slots), list(self.llamacpp_weights)
+        self.vllm_concurrency = list(self.vllm_concurrency)
+        self.transformers_concurrency = list(self.transformers_concurrency)
 
 
 def _start(engine: str, model_dir, port: int, dtype: str, device: str, compile: bool, timeout: float, log_path):
@@ -99,25 +110,6 @@ def serve_model(
         raise RegenError(str(e)) from None
 
 
-def bench_prompts(n: int, tokenizer, max_prompt_tokens: int = 512, seed: int = 0) -> list[dict]:
-    """n single-turn ShareGPT prompts (first user turn, at most max_prompt_tokens tokens), a seeded sample."""
-    from eagle3lab.data.sources import load_sharegpt
-
-    records, _ = load_sharegpt()
-    random.Random(seed).shuffle(records)
-    rows = []
-    for rec in records:
-        try:
-            _, users = plan_conversation({"conversations": rec.conversations}, 1)
-        except SkippedRow:
-            continue
-        if len(tokenizer(users[0], add_special_tokens=False)["input_ids"]) <= max_prompt_tokens:
-            rows.append({"id": rec.id, "conversations": [{"role": "user", "content": users[0]}]})
-        if len(rows) == n:
-            break
-    return rows
-
-
 def _hf_batch1(loaded, prompts: list[dict], max_new_tokens: int) -> tuple[int, float]:
     """Plain batch-1 greedy `generate`, stopping on EOS like the batched engines: (new tokens, seconds)."""
     import torch
@@ -142,20 +134,26 @@ def _hf_batch1(loaded, prompts: list[dict], max_new_tokens: int) -> tuple[int, f
 
 def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
     """Tokens/s of each way to regenerate the same prompts (see the module doc); returns the figures."""
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     from eagle3lab.models.target import load_target, resolve
+    from eagle3lab.regen.machine_limit import machine_limit
 
     workdir = Path(s.workdir or tempfile.mkdtemp(prefix="regen-bench-"))
     device = resolve_device(s.device)
     # the engines load their own model: only the batch-1 baseline needs one here, else only the tokenizer
     loaded = load_target(s.target, dtype=s.dtype, device=device) if s.baseline_n else None
     tokenizer = loaded.tokenizer if loaded else AutoTokenizer.from_pretrained(resolve(s.target))
-    prompts = bench_prompts(s.n, tokenizer, s.max_prompt_tokens)
-    figures: dict = {**asdict(s), "n": len(prompts), "device": str(device)}
+    prompts = sharegpt_prompts(s.n, tokenizer, s.max_prompt_tokens)
+    figures: dict = {**asdict(s), "n": len(prompts), "device": str(device), "rows": []}
+    if device.type == "cpu":  # measured before any engine runs, alone on the machine
+        figures["machine"] = machine_limit(AutoConfig.from_pretrained(resolve(s.target)))
+        for line in figures["machine"]["arithmetic"]:
+            log(f"machine limit: {line}")
 
-    def measure(name: str, rows: list[dict], **overrides) -> None:
-        """One regeneration run, local or through a server (the same `regenerate` call), into figures[name_tok_s]."""
+    def measure(name: str, row: dict, rows: list[dict], **overrides) -> None:
+        """One regeneration run (local, a server, or llama-server of its own: the same `regenerate` call) into
+        figures[name_tok_s] and a table row."""
         write_jsonl(workdir / f"{name}_prompts.jsonl", rows)
         result = regenerate(
             workdir / f"{name}_prompts.jsonl",
@@ -164,6 +162,10 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
             log=log,
         )
         figures[f"{name}_tok_s"] = result.tokens_per_s
+        limit = figures.get("machine", {}).get("limit_tok_s")
+        share = result.tokens_per_s / limit if limit else None
+        row |= {"prompts": len(rows), "tokens": result.tokens, "tok_s": result.tokens_per_s, "share_of_limit": share}
+        figures["rows"].append(row)
         log(f"{name}: {result.tokens} tokens in {result.seconds:.1f} s = {result.tokens_per_s:.1f} tok/s")
 
     if s.baseline_n:
@@ -172,34 +174,62 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
         log(f"hf_batch1 (plain generate): {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.1f} tok/s")
         del loaded
         # the local decode loop one row at a time: separates batching from loop overheads
-        measure("local_batch1", prompts[: s.baseline_n], batch_size=1, engine="batching", device=s.device)
+        row = {"engine": "local batching", "weights": s.dtype, "setting": "batch 1"}
+        measure("local_batch1", row, prompts[: s.baseline_n], batch_size=1, engine="batching", device=s.device)
     for engine in s.engines:
         for b in s.batch_size:
             local = dict(batch_size=b, max_batch_tokens=s.max_batch_tokens, engine=engine, device=s.device)
-            measure(f"local_{engine}_b{b}", prompts, **local)
+            row = {"engine": f"local {engine}", "weights": s.dtype, "setting": f"batch {b}"}
+            measure(f"local_{engine}_b{b}", row, prompts, **local)
         # the engine's best, the figure gpu_run sizes regeneration by
         figures[f"local_{engine}_tok_s"] = max(figures[f"local_{engine}_b{b}_tok_s"] for b in s.batch_size)
-    if s.serve_n:
-        _measure_server(s, measure, prompts[: s.serve_n], workdir / f"{s.server_engine}.log")
+    served = prompts[: s.serve_n]
+    if served:
+        _measure_llamacpp(s, measure, served)
+        for engine, concurrency in (("vllm", s.vllm_concurrency), ("transformers", s.transformers_concurrency)):
+            if concurrency:
+                _measure_server(s, engine, concurrency, measure, served, workdir / f"{engine}.log")
+    log(table(figures))
     log(json.dumps(figures))
     return figures
 
 
-def _measure_server(s: BenchSettings, measure: Callable, rows: list[dict], log_path: Path) -> None:
-    """The openai backend against one server of `s.server_engine`, started once, at each concurrency."""
+def _measure_llamacpp(s: BenchSettings, measure: Callable, rows: list[dict]) -> None:
+    """The llamacpp backend per weights and slots, each run starting its own llama-server (not in the timing)."""
+    from eagle3lab.engines.llamacpp.gguf import target_weights
+
+    for weights in map(target_weights, s.llamacpp_weights):
+        for slots in s.llamacpp_slots:
+            row = {"engine": "llama.cpp", "weights": weights, "setting": f"{slots} slots"}
+            served = dict(backend="llamacpp", weights=weights, concurrency=slots, threads=s.threads)
+            measure(
+                f"llamacpp_{weights}_s{slots}", row, rows, max_context=s.max_prompt_tokens + s.max_new_tokens, **served
+            )
+
+
+def _measure_server(
+    s: BenchSettings, engine: str, concurrency: list[int], measure: Callable, rows: list[dict], log_path: Path
+) -> None:
+    """The openai backend against one server of `engine`, started once, at each concurrency."""
     from eagle3lab.models.target import resolve
 
     started = serve_model(
-        resolve(s.target),
-        engine=s.server_engine,
-        dtype=s.dtype,
-        device=s.device,
-        compile=s.server_compile,
-        log_path=log_path,
+        resolve(s.target), engine=engine, dtype=s.dtype, device=s.device, compile=s.server_compile, log_path=log_path
     )
     with started as (address, _):
-        for c in s.serve_concurrency:
-            measure(f"{s.server_engine}_c{c}", rows, backend="openai", server_addresses=[address], concurrency=c)
+        for c in concurrency:
+            row = {"engine": engine, "weights": s.dtype, "setting": f"{c} in flight"}
+            measure(f"{engine}_c{c}", row, rows, backend="openai", server_addresses=[address], concurrency=c)
+
+
+def table(figures: dict) -> str:
+    """The rows as one text table, fastest first, with the machine's limit above it."""
+    lines = [f"machine limit: {line}" for line in figures.get("machine", {}).get("arithmetic", [])]
+    lines.append(f"{'engine':<20} {'weights':<9} {'setting':<14} {'tok/s':>8} {'of limit':>9}")
+    for row in sorted(figures["rows"], key=lambda r: -r["tok_s"]):
+        share = f"{row['share_of_limit']:.0%}" if row["share_of_limit"] is not None else "-"
+        lines.append(f"{row['engine']:<20} {row['weights']:<9} {row['setting']:<14} {row['tok_s']:>8.1f} {share:>9}")
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:

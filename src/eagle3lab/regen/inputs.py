@@ -1,10 +1,12 @@
-"""Input planning: ShareGPT-style rows -> conversations to regenerate (Job) or skips with a reason (Skip), and the
-prompt-length rule under the target's chat template."""
+"""Input planning: ShareGPT-style rows -> conversations to regenerate (Job) or skips with a reason (Skip), the
+prompt-length rule under the target's chat template, and the seeded ShareGPT prompts of the throughput and on-policy
+checks."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,3 +163,23 @@ class PromptLength:
             f"prompt of {n_prompt} tokens + {self.max_new_tokens} new tokens exceeds the context of "
             f"{self.max_context} tokens"
         )
+
+
+def sharegpt_prompts(n: int, tokenizer, max_prompt_tokens: int = 512, seed: int = 0) -> list[dict]:
+    """n single-turn ShareGPT prompts (first user turn, at most max_prompt_tokens tokens), a seeded sample
+    (what regen bench and the on-policy check send)."""
+    from eagle3lab.data.sources import load_sharegpt
+
+    records, _ = load_sharegpt()
+    random.Random(seed).shuffle(records)
+    rows = []
+    for rec in records:
+        try:
+            _, users = plan_conversation({"conversations": rec.conversations}, 1)
+        except SkippedRow:
+            continue
+        if len(tokenizer(users[0], add_special_tokens=False)["input_ids"]) <= max_prompt_tokens:
+            rows.append({"id": rec.id, "conversations": [{"role": "user", "content": users[0]}]})
+        if len(rows) == n:
+            break
+    return rows

@@ -1,5 +1,6 @@
-"""The llamacpp backend: the run starts llama-server itself (engines.llamacpp.server) on a bf16 GGUF of the target
-(engines.llamacpp.gguf.target_gguf: the weights and chat template the pipeline trains against), with `concurrency`
+"""The llamacpp backend: the run starts llama-server itself (engines.llamacpp.server) on a GGUF of the target
+(engines.llamacpp.gguf.target_gguf: by default the weights and chat template the pipeline trains against, at bf16
+or, where the CPU has no bf16 arithmetic, f32), with `concurrency`
 parallel slots of `max_context` tokens each, continuous batching and `threads` threads, and regenerates through the
 openai backend against it: the same chat requests, resume, accounting, multi-turn handling, monitor and error files.
 The server is stopped when the run ends; one that dies mid-run ends the run with an error, the records written stay."""
@@ -28,7 +29,7 @@ def start_server(
     threads = {"threads": s.threads} if s.threads else {}
     engine = LlamaCpp(target_spec=s.target, slots=s.concurrency, context=context, **threads)
     try:
-        command = engine.launch_command(target_gguf(s.target), port=free_port())
+        command = engine.launch_command(target_gguf(s.target, s.weights), port=free_port())
         server = stack.enter_context(engine.serve(command, log_path=log_path))
     except (ServerError, InputError) as e:  # InputError: no build (EngineMissing), a failed GGUF export
         raise RegenError(f"the llamacpp backend cannot start llama-server: {e}") from None

