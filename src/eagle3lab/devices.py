@@ -55,6 +55,18 @@ def native_bf16_cpu() -> bool:
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
+DTYPE_HELP = "auto (bfloat16 where bf16 arithmetic is native: CUDA, a CPU with AVX-512 BF16 or AMX; else float32)"
+
+
+def resolve_dtype(spec: str, device: str | torch.device = "auto") -> str:
+    """A model dtype setting as a torch dtype name: `auto` is bfloat16 where `device` computes bf16 natively, float32
+    elsewhere (emulated bf16 costs 5x and more); any other name is returned as it is."""
+    if spec != "auto":
+        return spec
+    native = resolve_device(device).type == "cuda" or native_bf16_cpu()
+    return "bfloat16" if native else "float32"
+
+
 def synchronize(device: torch.device | str) -> None:
     """Wait for queued GPU work, so a wall-clock reading covers it (a no-op on the CPU)."""
     device = torch.device(device)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from eagle3lab.devices import DEVICE_HELP, clock, resolve_device
+from eagle3lab.devices import DEVICE_HELP, DTYPE_HELP, clock, resolve_device, resolve_dtype
 from eagle3lab.engines.base import EngineMissing
 from eagle3lab.io import InputError, write_jsonl
 from eagle3lab.models.target import DEFAULT_TARGET
@@ -63,7 +63,7 @@ class BenchSettings:
     transformers_concurrency: list[int] = option(
         (), "requests in flight to `transformers serve` (several: each; none: no row)", metavar="N"
     )
-    dtype: str = option("bfloat16", "model dtype of the local engines and the servers", choices=DTYPES)
+    dtype: str = option("auto", f"model dtype of the local engines and the servers: {DTYPE_HELP}", choices=DTYPES)
     device: str = option("auto", f"where models run: {DEVICE_HELP}")
     target: str = option(DEFAULT_TARGET, "the model")
     max_prompt_tokens: int = option(512, "longest prompt sampled, in tokens")
@@ -141,6 +141,7 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
 
     workdir = Path(s.workdir or tempfile.mkdtemp(prefix="regen-bench-"))
     device = resolve_device(s.device)
+    s.dtype = resolve_dtype(s.dtype, device)  # every row and the figures name the dtype that ran
     # the engines load their own model: only the batch-1 baseline needs one here, else only the tokenizer
     loaded = load_target(s.target, dtype=s.dtype, device=device) if s.baseline_n else None
     tokenizer = loaded.tokenizer if loaded else AutoTokenizer.from_pretrained(resolve(s.target))

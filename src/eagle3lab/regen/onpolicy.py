@@ -1,7 +1,7 @@
 """`eagle3lab regen onpolicy`: are the llamacpp backend's answers the HF target's own? The same token ids (N seeded
 ShareGPT prompts, regen bench's sample, under the HF chat template) go to llama-server on the target's GGUF (started
-as the llamacpp backend starts it, --weights as there) and to the HF bf16 target (the local batching engine); both
-answer greedily.
+as the llamacpp backend starts it, --weights as there) and to the HF target (the local batching engine; bf16 where
+bf16 is native); both answer greedily.
 
 Figures: the share of answers identical token for token, their mean common prefix, and the HF target's mean NLL per
 token of llama.cpp's answers against that of its own answers (the ratio; 1.0: as likely as its own). The llamacpp
@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from eagle3lab.devices import DTYPE_HELP, resolve_dtype
 from eagle3lab.io import InputError, write_json
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import add_options, from_options, option
@@ -39,6 +40,7 @@ class OnPolicySettings:
     threads: int | None = option(None, "llama-server's CPU threads (default: every core)", type=int)
     weights: str = option("auto", "llama-server's target GGUF (see eagle3lab regen --weights)")
     batch_size: int = option(32, "rows the HF target decodes together")
+    dtype: str = option("auto", f"the HF target's dtype: {DTYPE_HELP}")
     max_prompt_tokens: int = option(512, "longest prompt sampled, in tokens")
     target: str = option(DEFAULT_TARGET, "the model (an embedded target or a local folder)")
     output: str | None = option(None, "write the figures and each prompt's answers to this JSON file")
@@ -108,7 +110,7 @@ def onpolicy(s: OnPolicySettings, log=print) -> dict:
     from eagle3lab.models.target import load_target
     from eagle3lab.regen.inputs import sharegpt_prompts
 
-    target = load_target(s.target, dtype="bfloat16")
+    target = load_target(s.target, dtype=resolve_dtype(s.dtype))
     lengths = PromptLength(target.tokenizer, s.max_prompt_tokens + s.max_new_tokens, s.max_new_tokens)
     prompts = sharegpt_prompts(s.n, target.tokenizer, s.max_prompt_tokens)
     for row in prompts:

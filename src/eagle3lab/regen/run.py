@@ -10,6 +10,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,17 @@ class _Backend:
     labels: dict  # shown by `eagle3lab monitor`
 
 
+def _run_async(coroutine):
+    """asyncio.run; from a thread of its own where this thread already runs an event loop (a Jupyter kernel: stage
+    02's notebook)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def _openai_context(asked: int | None, served: int | None) -> int | None:
     """The servers' own limit (vLLM's --max-model-len) bounds prompt + answer: a server refuses a longer request
     with HTTP 400, which would be an error record on every --resume instead of an over-length skip."""
@@ -71,7 +83,7 @@ def _openai_backend(s: RegenSettings, alive: Callable[[], bool] = lambda: True) 
     from eagle3lab.regen.openai import OpenAIClient, run_openai
 
     client = OpenAIClient(s.server_addresses, model=s.model, timeout=s.timeout, retries=s.retries, backoff=s.backoff)
-    model_name, served = asyncio.run(client.check())  # check the servers before touching any file
+    model_name, served = _run_async(client.check())  # check the servers before touching any file
     tokenizer, context = _tokenizer_and_context(s.target, _openai_context(s.max_context, served))
     lengths = PromptLength(tokenizer, context, s.max_new_tokens)
 
@@ -91,7 +103,7 @@ def _openai_backend(s: RegenSettings, alive: Callable[[], bool] = lambda: True) 
                     alive=alive,
                 )
 
-        return not asyncio.run(go())
+        return not _run_async(go())
 
     return _Backend(model_name, lengths, run, {})
 
@@ -117,12 +129,12 @@ def _llamacpp_backend(s: RegenSettings, stack: contextlib.ExitStack, out: Path) 
 
 
 def _local_backend(s: RegenSettings) -> _Backend:
-    from eagle3lab.devices import resolve_device
+    from eagle3lab.devices import resolve_device, resolve_dtype
     from eagle3lab.models.target import load_target
     from eagle3lab.regen.local import make_engine, pick_engine, run_local
 
     device = resolve_device(s.device)
-    loaded = load_target(s.target, dtype=s.dtype, device=device)
+    loaded = load_target(s.target, dtype=resolve_dtype(s.dtype, device), device=device)
     context = s.max_context or loaded.model.config.max_position_embeddings
     lengths = PromptLength(loaded.tokenizer, context, s.max_new_tokens)
     engine_name = pick_engine(s.engine, device)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eagle3lab.devices import DEVICE_HELP
+from eagle3lab.devices import DEVICE_HELP, DTYPE_HELP
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import option
 from eagle3lab.regen.errors import RegenError
 
 BACKENDS = ("local", "openai", "llamacpp")
 ENGINES = ("auto", "batching", "continuous")
-DTYPES = ("bfloat16", "float32")
+DTYPES = ("auto", "bfloat16", "float32")
 
 
 @dataclass
@@ -45,7 +45,7 @@ class RegenSettings:
         choices=ENGINES,
         group="local backend",
     )
-    dtype: str = option("bfloat16", "model dtype", choices=DTYPES, group="local backend")
+    dtype: str = option("auto", f"model dtype: {DTYPE_HELP}", choices=DTYPES, group="local backend")
     batch_size: int = option(32, "rows decoded together at most", group="local backend")
     max_batch_tokens: int | None = option(
         None,
