@@ -12,6 +12,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["EAGLE3LAB_LLAMACPP_THREADS"] = "1"  # every llama-server a test starts, the smoke pipeline's too
 
 ENGINE_GROUPS = ("vllm", "llamacpp")  # the engine fixtures whose tests share session servers
+LONGEST_TEST = "test_every_stage_runs_on_tiny_params"  # the smoke pipeline
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers
@@ -23,6 +24,9 @@ def pytest_collection_modifyitems(items):
         group = next((name for name in ENGINE_GROUPS if name in item.fixturenames), None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    # the longest single test first, so one worker runs it from the start while the other takes the engine groups
+    # (in file order it started 21 minutes into a 41-minute run on a 2-core AVX2 EPYC, and ran 26 of them)
+    items.sort(key=lambda item: item.originalname != LONGEST_TEST)
 
 
 @pytest.fixture(scope="session")
@@ -110,13 +114,14 @@ TRAINED_DRAFT = "drafts/smollm2-original-6960"  # the committed GPU-trained draf
 @pytest.fixture(scope="session")
 def vllm():
     """vLLM as the tests run it: eager (no inductor compile at start-up), float32 (greedy output then matches
-    vLLM's own baseline token for token) and in one process (a start imports vLLM once instead of three times: 44 s
-    against 72 alone on a 2-core AVX2 EPYC). A missing environment fails with the command that builds it."""
+    vLLM's own baseline token for token) and with the model worker inside the engine core's process (a start imports
+    vLLM twice instead of three times: 44-62 s against 72 alone on a 2-core AVX2 EPYC). A missing environment fails
+    with the command that builds it."""
     from eagle3lab.engines.vllm.environment import python_path
     from eagle3lab.engines.vllm.server import VLLM
 
     python_path()
-    return VLLM(compile=False, dtype="float32", startup_timeout=300, single_process=True)
+    return VLLM(compile=False, dtype="float32", startup_timeout=300, one_worker_process=True)
 
 
 @pytest.fixture(scope="session")

