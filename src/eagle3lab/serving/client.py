@@ -72,8 +72,13 @@ def generate_body(text: str | None, input_ids: list[int] | None, max_new_tokens:
     return body
 
 
-def chat_body(model: str, messages: list[dict], max_tokens: int, temperature: float) -> dict:
-    return {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature, "stream": False}
+def chat_body(
+    model: str, messages: list[dict], max_tokens: int, temperature: float, sampling: dict | None = None
+) -> dict:
+    """`sampling`: further OpenAI sampling fields (top_p, seed) a sampled request states rather than leave to the
+    server's defaults."""
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature, "stream": False}
+    return body | (sampling or {})
 
 
 def json_object(response: httpx.Response) -> dict:
@@ -301,10 +306,12 @@ class AsyncServerClient:
             self.model = first_model(json_object(response), f"{self.url}/v1/models")
         return self.model
 
-    async def chat(self, messages: list[dict], *, max_tokens: int, temperature: float = 0.0) -> Completion:
+    async def chat(
+        self, messages: list[dict], *, max_tokens: int, temperature: float = 0.0, sampling: dict | None = None
+    ) -> Completion:
         """One chat request. httpx.TransportError (refused, reset, timed out) and ServerError (with .status) tell
         the caller whether to retry."""
-        body = chat_body(await self.discover_model(), messages, max_tokens, temperature)
+        body = chat_body(await self.discover_model(), messages, max_tokens, temperature, sampling)
         t0 = time.perf_counter()
         response = await self.http.post("/v1/chat/completions", json=body)
         seconds = time.perf_counter() - t0

@@ -32,8 +32,11 @@ class TrainConfig:
     val_max_records: int | None = option(200, "use the first N records of --val")
     draft_vocab_size: int = option(8192, "draft vocabulary: the most frequent assistant tokens of the training data")
     ttt_length: int = option(3, "training-time-test unroll length (draft steps trained per position)")
-    epochs: int = option(1, "passes over the training data")
+    epochs: int = option(1, "most passes over the training data (max_train_tokens may stop sooner)")
     max_steps: int | None = option(None, "stop after this many optimizer steps")
+    max_train_tokens: int | None = option(
+        None, "stop before the step that would train past this many tokens (all passes, all ranks; default: no cap)"
+    )
     lr: float = option(1e-3, "peak learning rate (AdamW, cosine decay)")
     warmup_ratio: float = option(0.03, "share of the steps spent warming up the learning rate")
     min_lr_ratio: float = option(0.1, "final learning rate as a share of the peak")
@@ -48,7 +51,7 @@ class TrainConfig:
         "bf16", "autocast dtype of the draft's matmuls (auto: bf16 where bf16 arithmetic is native)", choices=DTYPES
     )
     seed: int = option(0, "seed of the draft's initialisation and of the data order")
-    eval_every: int = option(100, "held-out evaluation every N steps (and at the end)")
+    eval_every: int = option(100, "held-out evaluation every N steps (and at each epoch's end and the last step)")
     checkpoint_every: int = option(50, "checkpoint every N steps (and at the end)")
     resume: bool = option(False, "continue the checkpoint in --output")
     # lm_head = the target's head rows over the draft vocab, norm = the target's final norm. Off by default: the
@@ -61,6 +64,9 @@ class TrainConfig:
     shard_records: int = option(64, "records per feature-cache shard")
     threads: int | None = option(None, "torch CPU threads (default: torch's choice; under DDP, cores / local ranks)")
     progress: bool = option(True, "show progress bars")
+    live_dir: str | None = option(
+        None, "dvclive folder of per-step curves shared by runs, each under its output's name (not in git without DVC)"
+    )
 
     @property
     def bf16(self) -> bool:
@@ -73,7 +79,7 @@ class TrainConfig:
         for name in ("ttt_length", "epochs", "batch_tokens", "max_len", "draft_vocab_size"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("checkpoint_every", "eval_every", "max_steps"):
+        for name in ("checkpoint_every", "eval_every", "max_steps", "max_train_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         try:

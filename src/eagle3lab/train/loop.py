@@ -2,15 +2,15 @@
 
 `train_draft(TrainConfig(...))` from Python, or `eagle3lab train` (train.cli). Runs unchanged under
 `torchrun --nproc-per-node N` (DDP: gloo on CPU, NCCL with one GPU per rank). The checkpoint holds plain types only
-(tensors, dicts, lists, numbers, strings) and is read with torch.load(weights_only=True)."""
+(tensors, dicts, lists, numbers, strings) and is read with torch.load(weights_only=True). With held-out data the
+exported draft is the one of the best held-out accept length (train.selection); `max_train_tokens` ends the data
+plan early, `epochs` being then the most passes."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import random
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
@@ -18,92 +18,32 @@ import torch
 from eagle3lab.devices import clock, resolve_device
 from eagle3lab.io import InputError, atomic_path, read_jsonl, sha256_file, write_json, write_jsonl
 from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
-from eagle3lab.models.target import aux_hidden_indices, load_target
-from eagle3lab.models.vocab import build_vocab, count_tokens
-from eagle3lab.paths import ARTIFACTS
 from eagle3lab.train.batches import Examples, make_batches
 from eagle3lab.train.config import TrainConfig
 from eagle3lab.train.distributed import Dist, init_distributed
-from eagle3lab.train.features import online_features, open_cache, tokenize_file
+from eagle3lab.train.inputs import Inputs, load_inputs, with_features
+from eagle3lab.train.live import LiveCurves
 from eagle3lab.train.loss import TTTObjective, summarize, ttt_loss
+from eagle3lab.train.resume import (
+    CHECKPOINT,
+    draft_weights,
+    load_draft_weights,
+    param_checksum,
+    read_checkpoint,
+    rng_state,
+    set_rng_state,
+)
+from eagle3lab.train.selection import BestDraft
 
-CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
-# Settings a run may change when it resumes (where things are, how often to report), not what it computes.
-RESUMABLE = {"output", "resume", "progress", "threads", "eval_every", "checkpoint_every", "features_cache", "online"}
-RESUMABLE |= {"val", "val_max_records", "device"}
+# Settings a run may change when it resumes (where things are, how often to save), not what it computes or exports:
+# the held-out data and eval_every pick the exported draft, so they stay (the data files by content).
+RESUMABLE = {"output", "resume", "progress", "threads", "checkpoint_every", "features_cache", "online", "device"}
+RESUMABLE |= {"live_dir"}
 
 
 class TrainingError(RuntimeError):
     pass
-
-
-@dataclass
-class Inputs:
-    """What training reads: the target, its capture layers, the draft vocabulary and the examples."""
-
-    target: object
-    indices: list[int]
-    vocab: object
-    vocab_report: dict
-    data_stats: dict
-    val_stats: dict | None
-    train: Examples
-    val: Examples | None
-    cache_stats: dict
-
-
-# ---- inputs --------------------------------------------------------------------------------------------------------
-
-
-def _tokenize_and_vocab(cfg: TrainConfig, target) -> tuple:
-    records, data_stats = tokenize_file(cfg.data, target.tokenizer, cfg.max_len, cfg.max_records)
-    if not records:
-        raise InputError(f"{cfg.data}: no record has assistant tokens to train on")
-    val_records, val_stats = (
-        tokenize_file(cfg.val, target.tokenizer, cfg.max_len, cfg.val_max_records) if cfg.val else ([], None)
-    )
-    vocab = build_vocab(
-        count_tokens(((r.input_ids, r.loss_mask) for r in records), target.vocab_size), cfg.draft_vocab_size
-    )
-    val_counts = (
-        count_tokens(((r.input_ids, r.loss_mask) for r in val_records), target.vocab_size) if val_records else None
-    )
-    return records, data_stats, val_records, val_stats, vocab, vocab.report(val_counts)
-
-
-def load_inputs(cfg: TrainConfig, env: Dist, device: torch.device) -> Inputs:
-    """Load the target (fp32, on `device`), tokenize, build the draft vocab and, offline, the feature cache."""
-    target = load_target(cfg.target, device=device)
-    indices = aux_hidden_indices(target.num_layers, cfg.aux_layer_ids)
-    records, data_stats, val_records, val_stats, vocab, vocab_report = _tokenize_and_vocab(cfg, target)
-    if cfg.online:
-        train = Examples(records, device=device)
-        val = Examples(val_records, device=device) if val_records else None
-        return Inputs(target, indices, vocab, vocab_report, data_stats, val_stats, train, val, {})
-    root = Path(cfg.features_cache) if cfg.features_cache else ARTIFACTS / "features"
-    cache = open_cache(root, cfg.data, target, cfg.aux_layer_ids, cfg.max_len, cfg.shard_records)
-    val_cache = (
-        open_cache(root, cfg.val, target, cfg.aux_layer_ids, cfg.max_len, cfg.shard_records) if val_records else None
-    )
-    cache_stats = {}
-    if env.main:  # one rank computes the features, the others wait and then read them
-        cache_stats["train"] = cache.build(records, target, data_stats["records"], cfg.progress)
-        if val_cache is not None:
-            cache_stats["val"] = val_cache.build(val_records, target, val_stats["records"], cfg.progress)
-    env.barrier()
-    train = Examples(records, cache, data_stats["records"], device=device)
-    val = Examples(val_records, val_cache, val_stats["records"], device=device) if val_cache is not None else None
-    return Inputs(target, indices, vocab, vocab_report, data_stats, val_stats, train, val, cache_stats)
-
-
-def _features(batch: dict, inputs: Inputs, online: bool) -> dict:
-    if online:
-        mask = torch.arange(batch["input_ids"].shape[1], device=batch["input_ids"].device)[None]
-        batch.update(
-            online_features(inputs.target, batch["input_ids"], mask < batch["lengths"][:, None], inputs.indices)
-        )
-    return batch
 
 
 def build_draft(cfg: TrainConfig, inputs: Inputs, device: torch.device) -> tuple[Eagle3Draft, torch.Tensor]:
@@ -125,7 +65,7 @@ def evaluate(draft, examples: Examples, head, cfg: TrainConfig, inputs: Inputs) 
     sums, correct, counts = (torch.zeros(cfg.ttt_length) for _ in range(3))
     with torch.no_grad():
         for batch_idx in make_batches(examples.lengths, cfg.batch_tokens, seed=0, epoch=0):
-            batch = _features(examples.batch(batch_idx), inputs, cfg.online)
+            batch = with_features(examples.batch(batch_idx), inputs, cfg.online)
             out = ttt_loss(draft, batch, head, cfg.ttt_length, cfg.bf16)
             sums += out["loss_sum"].float().cpu()
             correct += out["correct"].float().cpu()
@@ -144,50 +84,12 @@ def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def run_identity(cfg: TrainConfig, data_sha: str) -> dict:
+def run_identity(cfg: TrainConfig) -> dict:
     """Settings that must not change between a run and its resumption."""
     ident = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in RESUMABLE}
-    ident["data"] = data_sha
+    ident["data"] = sha256_file(cfg.data)
+    ident["val"] = sha256_file(cfg.val) if cfg.val else None
     return ident
-
-
-def param_checksum(model) -> str:
-    h = hashlib.sha256()
-    for k, v in sorted(model.state_dict().items()):
-        h.update(k.encode())
-        h.update(v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def _rng_state(device: torch.device) -> dict:
-    """Every RNG a step may draw from, as tensors (so the checkpoint loads with weights_only=True)."""
-    version, state, gauss = random.getstate()
-    out = {"torch": torch.get_rng_state(), "python": torch.tensor(state, dtype=torch.int64), "python_version": version}
-    out["python_gauss"] = gauss
-    if device.type == "cuda":
-        out["cuda"] = torch.cuda.get_rng_state(device)
-    return out
-
-
-def _set_rng_state(saved: dict, device: torch.device) -> None:
-    torch.set_rng_state(saved["torch"])
-    random.setstate((saved["python_version"], tuple(saved["python"].tolist()), saved["python_gauss"]))
-    if device.type == "cuda" and "cuda" in saved:
-        torch.cuda.set_rng_state(saved["cuda"], device)
-
-
-def read_checkpoint(path: Path, identity: dict) -> dict:
-    """A training checkpoint, loaded safely (weights_only: no code runs), made with these same settings."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a foreign or corrupt file: say which and why
-        raise InputError(
-            f"{path}: not a training checkpoint this version can read ({e.__class__.__name__}: {e})"
-        ) from None
-    if state.get("identity") != identity:
-        diff = sorted(k for k in identity if state.get("identity", {}).get(k) != identity[k])
-        raise InputError(f"{path}: made with different settings ({', '.join(diff)}); cannot resume")
-    return state
 
 
 # ---- the run -------------------------------------------------------------------------------------------------------
@@ -212,18 +114,32 @@ class Trainer:
             self.optimizer, lambda s: lr_factor(s, total, warmup, cfg.min_lr_ratio)
         )
         self.total, self.step, self.tokens_seen, self.train_time, self.last_val = total, 0, 0, 0.0, None
+        self.best, self.curves = BestDraft(), None
 
     def _plan(self) -> list[tuple[int, int, list[int]]]:
-        """The whole data order, fixed by (seed, epoch): position in it is the step counter."""
-        plan, env = [], self.env
-        for epoch in range(self.cfg.epochs):
-            batches = make_batches(self.inputs.train.lengths, self.cfg.batch_tokens, self.cfg.seed, epoch)
+        """The whole data order, fixed by (seed, epoch): position in it is the step counter. It ends before the first
+        step that would take the tokens trained on (summed over ranks, as tokens_seen counts them) past
+        max_train_tokens, so the cosine schedule spans the capped run."""
+        cfg, env, lengths = self.cfg, self.env, self.inputs.train.lengths
+        plan, tokens = [], 0
+        for epoch in range(cfg.epochs):
+            batches = make_batches(lengths, cfg.batch_tokens, cfg.seed, epoch)
             per_rank = len(batches) // env.world
             if per_rank == 0:
                 raise InputError(
-                    f"{self.cfg.data}: {len(batches)} batches cannot feed {env.world} ranks; lower --batch-tokens"
+                    f"{cfg.data}: {len(batches)} batches cannot feed {env.world} ranks; lower --batch-tokens"
                 )
-            plan += [(epoch, i, batches[i * env.world + env.rank]) for i in range(per_rank)]
+            for i in range(per_rank):
+                step_batches = batches[i * env.world : (i + 1) * env.world]
+                tokens += sum(lengths[j] for b in step_batches for j in b)
+                if cfg.max_train_tokens is not None and tokens > cfg.max_train_tokens:
+                    if not plan:
+                        raise InputError(
+                            f"max_train_tokens {cfg.max_train_tokens}: the first step alone trains on {tokens} tokens; "
+                            "raise it or lower batch_tokens"
+                        )
+                    return plan
+                plan.append((epoch, i, step_batches[env.rank]))
         return plan
 
     @property
@@ -231,24 +147,31 @@ class Trainer:
         return self.out / METRICS
 
     def restore(self, state: dict) -> None:
-        self.draft.load_state_dict({**state["draft"], "embed_tokens.weight": self.draft.embed_tokens.weight.data})
+        load_draft_weights(self.draft, state["draft"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"], self.device)
+        set_rng_state(state["rng"], self.device)
+        self.best.restore(state["best"])
         self.step, self.tokens_seen, self.train_time = state["step"], state["tokens_seen"], state["train_time"]
         if self.env.main and self.metrics_path.exists():  # drop rows logged after the checkpoint: they are redone
             kept = [r for r in read_jsonl(self.metrics_path, tolerate_torn_tail=True) if r["step"] <= self.step]
             write_jsonl(self.metrics_path, kept)
+
+    def open_curves(self) -> None:
+        """dvclive's per-step curves in cfg.live_dir, rebuilt from the rows metrics.jsonl holds (main rank only)."""
+        if self.cfg.live_dir and self.env.main:
+            self.curves = LiveCurves(self.cfg.live_dir, self.out.name, list(read_jsonl(self.metrics_path)))
 
     def save(self, identity: dict) -> None:
         if not self.env.main:
             return
         state = {
             "identity": identity,
-            "draft": {k: v for k, v in self.draft.state_dict().items() if k != "embed_tokens.weight"},
+            "draft": draft_weights(self.draft),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "rng": _rng_state(self.device),
+            "rng": rng_state(self.device),
+            "best": self.best.state(),
             "step": self.step,
             "tokens_seen": self.tokens_seen,
             "train_time": self.train_time,
@@ -260,13 +183,28 @@ class Trainer:
         if self.env.main:
             with open(self.metrics_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
+            if self.curves is not None:
+                self.curves.log(row)
+
+    def evaluates(self, epoch: int) -> bool:
+        """Held-out evaluation (main rank) every eval_every steps, at each epoch's end and at the last step."""
+        if self.inputs.val is None or not self.env.main:
+            return False
+        epoch_ends = self.step == self.total or self.plan[self.step][0] != epoch
+        return epoch_ends or self.step % self.cfg.eval_every == 0
+
+    def evaluate_held_out(self, epoch: int) -> None:
+        scores = evaluate(self.draft, self.inputs.val, self.head, self.cfg, self.inputs)
+        length = self.best.offer(self.draft, self.step, epoch, scores["acc_pos"])
+        self.last_val = {"step": self.step, "epoch": epoch, "split": "val", **scores, "accept_length": length}
+        self.log(self.last_val)
 
     def train_step(self) -> dict:
         """One optimizer step over this rank's batch; the metrics row (summed over ranks)."""
         cfg, env = self.cfg, self.env
         epoch, batch_no, rows = self.plan[self.step]
         t0 = clock(self.device)
-        batch = _features(self.inputs.train.batch(rows), self.inputs, cfg.online)
+        batch = with_features(self.inputs.train.batch(rows), self.inputs, cfg.online)
         out = self.model(batch, self.head, cfg.ttt_length, cfg.bf16)
         loss = out["loss"]
         if env.sum(torch.isfinite(loss).logical_not().float().reshape(1)).item():
@@ -317,19 +255,15 @@ class Trainer:
             bar.set_postfix(
                 loss=f"{row['loss']:.3f}", acc0=f"{row['acc_pos'][0]:.3f}", tok_s=f"{row['tokens_per_s']:.0f}"
             )
-            if (
-                self.inputs.val is not None
-                and self.env.main
-                and (self.step % cfg.eval_every == 0 or self.step == self.total)
-            ):
-                scores = evaluate(self.draft, self.inputs.val, self.head, cfg, self.inputs)
-                self.last_val = {"step": self.step, "epoch": row["epoch"], "split": "val", **scores}
-                self.log(self.last_val)
+            if self.evaluates(row["epoch"]):
+                self.evaluate_held_out(row["epoch"])
             if self.step % cfg.checkpoint_every == 0 or self.step == self.total:
                 self.save(identity)
             if on_step is not None:
                 on_step(self.step, row)
         bar.close()
+        if self.curves is not None:
+            self.curves.close(self.best.meta)
 
 
 def _open_output(cfg: TrainConfig, env: Dist) -> tuple[Path, dict, dict | None]:
@@ -340,7 +274,7 @@ def _open_output(cfg: TrainConfig, env: Dist) -> tuple[Path, dict, dict | None]:
         out.mkdir(parents=True, exist_ok=True)
     if ckpt_path.exists() and not cfg.resume:
         raise InputError(f"{out} already holds a checkpoint: pass --resume to continue it, or choose a new --output")
-    identity = run_identity(cfg, sha256_file(cfg.data))
+    identity = run_identity(cfg)
     return out, identity, read_checkpoint(ckpt_path, identity) if cfg.resume and ckpt_path.exists() else None
 
 
@@ -360,12 +294,14 @@ def train_draft(cfg: TrainConfig, on_step=None) -> dict:
         trainer.restore(resume_state)
     elif env.main:
         write_jsonl(trainer.metrics_path, [])
+    trainer.open_curves()
     trainer.run(identity, on_step)
     return _finish(cfg, env, trainer, out)
 
 
 def _finish(cfg: TrainConfig, env: Dist, trainer: Trainer, out: Path) -> dict:
-    """Check the ranks agree, export the draft (SGLang format), the vocab and result.json."""
+    """Check the ranks agree (on the last weights), export the draft (SGLang format: the best held-out one where
+    there was held-out data, else the last), the vocab and result.json."""
     checksums = env.gather(param_checksum(trainer.draft))
     inputs = trainer.inputs
     result = {
@@ -384,9 +320,12 @@ def _finish(cfg: TrainConfig, env: Dist, trainer: Trainer, out: Path) -> dict:
         "vocab": inputs.vocab_report,
         "features_cache": inputs.cache_stats,
         "final_val": trainer.last_val,
+        "best": trainer.best.meta,
         "config": asdict(cfg),
     }
     if env.main:
+        if trainer.best.weights is not None:
+            load_draft_weights(trainer.draft, trainer.best.weights)
         save_draft(trainer.draft, out / "draft")
         write_json(out / "vocab.json", {**inputs.vocab_report, "ids": inputs.vocab.ids.tolist()})
         write_json(out / "result.json", result)

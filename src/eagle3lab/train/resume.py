@@ -1,0 +1,63 @@
+"""What a training checkpoint carries besides the optimizer: the draft's trained weights, every RNG a step draws
+from, and their safe reading (torch.load(weights_only=True): plain tensors, dicts, lists, numbers and strings)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import torch
+
+from eagle3lab.io import InputError
+from eagle3lab.models.draft import EMBEDDING
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def draft_weights(draft) -> dict:
+    """The draft's weights on the CPU, less the frozen target embedding (the target restores it)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in draft.state_dict().items() if k != EMBEDDING}
+
+
+def load_draft_weights(draft, weights: dict) -> None:
+    draft.load_state_dict({**weights, EMBEDDING: draft.embed_tokens.weight.data})
+
+
+def param_checksum(model) -> str:
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def rng_state(device: torch.device) -> dict:
+    """Every RNG a step may draw from, as tensors (so the checkpoint loads with weights_only=True)."""
+    version, state, gauss = random.getstate()
+    out = {"torch": torch.get_rng_state(), "python": torch.tensor(state, dtype=torch.int64), "python_version": version}
+    out["python_gauss"] = gauss
+    if device.type == "cuda":
+        out["cuda"] = torch.cuda.get_rng_state(device)
+    return out
+
+
+def set_rng_state(saved: dict, device: torch.device) -> None:
+    torch.set_rng_state(saved["torch"])
+    random.setstate((saved["python_version"], tuple(saved["python"].tolist()), saved["python_gauss"]))
+    if device.type == "cuda" and "cuda" in saved:
+        torch.cuda.set_rng_state(saved["cuda"], device)
+
+
+def read_checkpoint(path: Path, identity: dict) -> dict:
+    """A training checkpoint, loaded safely (weights_only: no code runs), made with these same settings."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a foreign or corrupt file: say which and why
+        raise InputError(
+            f"{path}: not a training checkpoint this version can read ({e.__class__.__name__}: {e})"
+        ) from None
+    if state.get("identity") != identity:
+        diff = sorted(k for k in identity if state.get("identity", {}).get(k) != identity[k])
+        raise InputError(f"{path}: made with different settings ({', '.join(diff)}); cannot resume")
+    return state
