@@ -115,3 +115,22 @@ def test_code_deps_follow_imports_inside_functions(tmp_path, monkeypatch):
     assert stages.code_deps(tmp_path / "01_x.ipynb", package) == [
         f"src/eagle3lab/{f}" for f in ["__init__.py", "a.py", "b.py", "io.py", "stages.py", "t.yaml"]
     ]
+
+
+def test_a_dvc_experiment_copy_is_the_root_its_stages_read(tmp_path):
+    """dvc exp run --temp / --queue runs each stage in a copy elsewhere, naming it in DVC_ROOT: params.yaml, metrics
+    and artifacts must be the copy's, not the workspace's the editable install points at."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "EAGLE3LAB_ROOT"} | {"DVC_ROOT": str(tmp_path)}
+    printed = subprocess.run(
+        [sys.executable, "-c", "from eagle3lab import paths; print(paths.PARAMS)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert printed == str(tmp_path.resolve() / "params.yaml")
+    assert paths.ROOT / "params.yaml" == paths.PARAMS != tmp_path / "params.yaml"  # without it: the checkout

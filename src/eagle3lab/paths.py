@@ -7,7 +7,9 @@ from pathlib import Path
 
 
 def _find_root() -> Path:
-    override = os.environ.get("EAGLE3LAB_ROOT")
+    # DVC_ROOT: DVC gives each stage command its checkout's root, which for a queued or --temp experiment is a copy
+    # elsewhere; the package, installed editable, would otherwise find the workspace's params.yaml.
+    override = os.environ.get("EAGLE3LAB_ROOT") or os.environ.get("DVC_ROOT")
     if override:
         return Path(override).resolve()
     here = Path(__file__).resolve()
