@@ -23,6 +23,18 @@ from test_features import save_tiny_target, write_conversations
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+class Killed(Exception):
+    """A kill -9 stand-in raised from the on_step hook: the run stops where a killed process would."""
+
+
+def kill_at(stop: int):
+    def on_step(step, row):
+        if step == stop:
+            raise Killed
+
+    return on_step
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("train")
@@ -120,15 +132,8 @@ def test_train_resume_equals_uninterrupted_and_exports(setup):
     full = train_draft(config(setup, "full"))
     assert full["steps"] == 6 and full["tokens_per_s"] > 0 and full["vocab"]["draft_vocab_size"] == 128
 
-    class Killed(Exception):
-        pass
-
-    def kill_at_5(step, row):
-        if step == 5:
-            raise Killed
-
     with pytest.raises(Killed):
-        train_draft(config(setup, "killed"), on_step=kill_at_5)
+        train_draft(config(setup, "killed"), on_step=kill_at(5))
     checkpoint = torch.load(setup["root"] / "killed" / "checkpoint.pt", weights_only=True)
     assert checkpoint["step"] == 4 and checkpoint["best"]["step"] <= 4  # the best so far travels with the checkpoint
     with pytest.raises(Exception, match="--resume"):
@@ -191,16 +196,9 @@ def test_the_exported_draft_is_the_best_held_out_one(setup, monkeypatch):
     assert result["best"] == {"step": 2, "epoch": epoch_of_step_2, "accept_length": accept_length([0.6] * 3)}
     assert result["final_val"]["step"] == 5
 
-    class Killed(Exception):
-        pass
-
-    def kill_after_2(step, row):
-        if step == 2:
-            raise Killed
-
     monkeypatch.setattr(loop, "evaluate", scripted(iter([0.2, 0.6])))
     with pytest.raises(Killed):
-        train_draft(config(setup, "peak-at-2", **run), on_step=kill_after_2)
+        train_draft(config(setup, "peak-at-2", **run), on_step=kill_at(2))
     at_2 = torch.load(setup["root"] / "peak-at-2" / "checkpoint.pt", weights_only=True)["draft"]
     last = torch.load(setup["root"] / "peak" / "checkpoint.pt", weights_only=True)["draft"]
     exported = load_draft(result["draft"]).state_dict()
@@ -426,15 +424,8 @@ def test_live_curves_follow_the_metrics_through_a_resume_and_dvc_plots_reads_the
     run = dict(live_dir=str(live), max_steps=4, eval_every=2, checkpoint_every=2, epochs=1)
     train_draft(config(setup, "live-other", **run))
 
-    class Killed(Exception):
-        pass
-
-    def kill_at_3(step, row):
-        if step == 3:
-            raise Killed
-
     with pytest.raises(Killed):
-        train_draft(config(setup, "live-run", **run), on_step=kill_at_3)
+        train_draft(config(setup, "live-run", **run), on_step=kill_at(3))
     resumed = train_draft(config(setup, "live-run", resume=True, **run))
 
     def curve(*parts):
@@ -495,15 +486,8 @@ def test_a_few_bf16_training_steps_on_cuda(setup):
     rows = list(read_jsonl(setup["root"] / "cuda" / "metrics.jsonl"))
     assert all(math.isfinite(r["loss"]) for r in rows) and [r["step"] for r in rows if r["split"] == "val"] == [3, 4]
 
-    class Killed(Exception):
-        pass
-
-    def kill_at_3(step, row):
-        if step == 3:
-            raise Killed
-
     with pytest.raises(Killed):
-        train_draft(config(setup, "cuda-killed", device="cuda", max_steps=4, checkpoint_every=2), on_step=kill_at_3)
+        train_draft(config(setup, "cuda-killed", device="cuda", max_steps=4, checkpoint_every=2), on_step=kill_at(3))
     resumed = train_draft(config(setup, "cuda-killed", device="cuda", max_steps=4, checkpoint_every=2, resume=True))
     assert resumed["steps"] == 4 and resumed["final_val"]["positions"] == cached["final_val"]["positions"]
     assert load_draft(cached["draft"]).fc.weight.dtype == torch.float32

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from eagle3lab.io import atomic_path
+from eagle3lab.io import InputError, atomic_path
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -32,6 +32,15 @@ def normalise_key(key: str) -> str:
         if key.startswith(alias):
             return "midlayer." + key[len(alias) :]
     return key
+
+
+def load_state(path: Path, what: str):
+    """A torch file loaded safely (weights_only: plain tensors, dicts, lists, numbers and strings; no code runs); a
+    foreign or corrupt file is an InputError naming it and saying what it should have been and why it is not."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # whatever torch raises for it
+        raise InputError(f"{path}: not {what} this version can read ({e.__class__.__name__}: {e})") from None
 
 
 def read_json(path: Path):

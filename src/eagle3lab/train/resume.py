@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from eagle3lab.io import InputError
+from eagle3lab.models.checkpoint import load_state
 from eagle3lab.models.draft import EMBEDDING
 
 CHECKPOINT = "checkpoint.pt"
@@ -51,12 +52,7 @@ def set_rng_state(saved: dict, device: torch.device) -> None:
 
 def read_checkpoint(path: Path, identity: dict) -> dict:
     """A training checkpoint, loaded safely (weights_only: no code runs), made with these same settings."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a foreign or corrupt file: say which and why
-        raise InputError(
-            f"{path}: not a training checkpoint this version can read ({e.__class__.__name__}: {e})"
-        ) from None
+    state = load_state(path, "a training checkpoint")
     if state.get("identity") != identity:
         diff = sorted(k for k in identity if state.get("identity", {}).get(k) != identity[k])
         raise InputError(f"{path}: made with different settings ({', '.join(diff)}); cannot resume")

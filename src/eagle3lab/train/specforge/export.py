@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from eagle3lab.io import InputError, require
-from eagle3lab.models.checkpoint import normalise_key, read_json
+from eagle3lab.models.checkpoint import load_state, normalise_key, read_json
 from eagle3lab.models.draft import EMBEDDING, Eagle3Draft, save_draft
 from eagle3lab.models.draft_config import DraftConfig
 from eagle3lab.models.target import DEFAULT_TARGET, load_target
@@ -39,12 +39,7 @@ def latest_state(run_output) -> Path:
 
 def read_state(path) -> dict:
     """A SpecForge EAGLE-3 training state, loaded safely (weights_only: no code runs)."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a foreign or corrupt file: say which and why
-        raise InputError(
-            f"{path}: not a SpecForge checkpoint this version can read ({e.__class__.__name__}: {e})"
-        ) from None
+    state = load_state(path, "a SpecForge checkpoint")
     if not isinstance(state, dict) or state.get("strategy") != "eagle3":
         found = state.get("strategy") if isinstance(state, dict) else type(state).__name__
         raise InputError(f"{path}: field 'strategy' is {found!r}, expected 'eagle3'")
