@@ -34,7 +34,18 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     assert diagnosis["doctor"]["wrong"]["exit_code"] == 1 and diagnosis["doctor"]["fixed"]["exit_code"] == 0
     eagle = next(m for m in diagnosis["modes"] if m["mode"] == "eagle")
     assert eagle["accept_length"] < 1.1
-    assert len(metrics["train"]["drafts"]) == 4  # three scales and the original-responses draft
+    # the data experiment: three scales, originals matched in answer tokens at two, the T=0.7 draft, two sources
+    drafts = {d["name"]: d for d in metrics["train"]["drafts"]}
+    kinds = sorted(d["responses"] for d in drafts.values())
+    assert kinds == ["original", "original", "regenerated", "regenerated", "regenerated", "sampled", "source", "source"]
+    partners = {d["matched_to"] for d in drafts.values() if d["responses"] in ("original", "sampled")}
+    assert partners <= {n for n, d in drafts.items() if d["responses"] == "regenerated"}
+    assert all(d["answer_tokens"] > 0 and d["best"] for d in drafts.values())  # each exported at its held-out best
+    assert metrics["regen"]["sampled"]["temperature"] == 0.7 and metrics["regen"]["sampled"]["success"] > 0
+    # stage 05 pairs each original and sampled draft with its partner over the sweep's prompts
+    paired = {r["draft"] for r in metrics["scaling"]["paired"]}
+    assert paired == {n for n, d in drafts.items() if d["responses"] in ("original", "sampled")}
+    assert len(metrics["scaling"]["sources"]) == 2
     assert {r["config"] for r in metrics["benchmark"]["final"]["rows"]} >= {"1,0,0,0", "1,3,1,4", "1,2,2,4"}
     # the final draft served in llama.cpp, and tune's decision there
     assert {r["engine"] for r in metrics["benchmark"]["llamacpp"]["rows"]} == {"local", "llamacpp"}
