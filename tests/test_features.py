@@ -138,6 +138,20 @@ def test_cache_matches_target_resumes_and_grows(tmp_path, tiny):
     assert open_cache(tmp_path / "feat", data, tiny, None, 64, 4).folder != cache.folder
 
 
+def test_a_bf16_cache_is_its_own_and_leaves_the_target_in_fp32(tmp_path, tiny):
+    data = write_conversations(tmp_path / "train.jsonl", 4)
+    recs, _ = tokenize_file(data, tiny.tokenizer, 128)
+    fp32 = open_cache(tmp_path / "feat", data, tiny, None, 128, shard_records=4)
+    bf16 = open_cache(tmp_path / "feat", data, tiny, None, 128, shard_records=4, dtype="bfloat16")
+    assert bf16.folder != fp32.folder
+    for cache in (fp32, bf16):
+        cache.build(recs, tiny, 4, progress=False)
+    assert tiny.model.dtype == torch.float32  # the draft's embedding and head are copied from it
+    exact, rounded = (c.load(*[c.index(4)[3][i] for i in (0, 2, 3)]) for c in (fp32, bf16))
+    assert not torch.equal(exact["aux"], rounded["aux"])  # really computed in bf16
+    torch.testing.assert_close(rounded["aux"].float(), exact["aux"].float(), atol=0.1, rtol=0.05)
+
+
 def test_a_shard_written_for_a_smaller_scale_is_rebuilt_for_a_larger_one(tmp_path, tiny):
     data = write_conversations(tmp_path / "train.jsonl", 10)
     cache = open_cache(tmp_path / "feat", data, tiny, None, 128, shard_records=4)

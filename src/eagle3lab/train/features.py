@@ -11,6 +11,7 @@ which positions the draft vocabulary can score."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass
@@ -183,7 +184,7 @@ def target_fingerprint(target: Target) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def cache_key(data_sha: str, target: Target, indices: list[int], max_len: int, shard_records: int) -> dict:
+def cache_key(data_sha: str, target: Target, indices: list[int], max_len: int, shard_records: int, dtype: str) -> dict:
     return {
         "format": FORMAT_VERSION,
         "data_sha256": data_sha,
@@ -193,6 +194,7 @@ def cache_key(data_sha: str, target: Target, indices: list[int], max_len: int, s
         "max_len": max_len,
         "chat_template_sha256": hashlib.sha256(str(target.tokenizer.chat_template).encode()).hexdigest()[:16],
         "shard_records": shard_records,
+        "dtype": dtype,
     }
 
 
@@ -252,6 +254,8 @@ class FeatureCache:
         tokens = sum(len(r) for k in todo for r in by_shard.get(k, []))
         indices = self.key["hidden_states_indices"]
         model = target.model
+        if todo and model.dtype != getattr(torch, self.key["dtype"]):
+            model = copy.deepcopy(model).to(getattr(torch, self.key["dtype"]))  # the target itself stays as loaded
         bar = tqdm(total=tokens, unit="tok", desc="target features", disable=not progress or not tokens)
         for k in todo:
             rows = by_shard.get(k, [])
@@ -320,10 +324,17 @@ class FeatureCache:
 
 
 def open_cache(
-    root, data_path, target: Target, layer_ids: list[int] | None, max_len: int, shard_records: int = 64
+    root,
+    data_path,
+    target: Target,
+    layer_ids: list[int] | None,
+    max_len: int,
+    shard_records: int = 64,
+    dtype: str = "float32",
 ) -> FeatureCache:
+    """The cache of one data file's features, computed by the target in `dtype` (float32 or bfloat16)."""
     indices = aux_hidden_indices(target.num_layers, layer_ids)
-    key = cache_key(sha256_file(data_path), target, indices, max_len, shard_records)
+    key = cache_key(sha256_file(data_path), target, indices, max_len, shard_records, dtype)
     return FeatureCache(FeatureCache.locate(root, key), key)
 
 

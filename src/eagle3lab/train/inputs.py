@@ -59,9 +59,14 @@ def load_inputs(cfg: TrainConfig, env: Dist, device: torch.device) -> Inputs:
         val = Examples(val_records, device=device) if val_records else None
         return Inputs(target, indices, vocab, vocab_report, data_stats, val_stats, train, val, {})
     root = Path(cfg.features_cache) if cfg.features_cache else ARTIFACTS / "features"
-    cache = open_cache(root, cfg.data, target, cfg.aux_layer_ids, cfg.max_len, cfg.shard_records)
+    # bf16 features where the draft autocasts to bf16: the precision the stages regenerate and serve in, and 2.8x
+    # fp32's target forward on an AMX CPU (the target stays fp32: the draft's embedding and head start from it)
+    dtype = "bfloat16" if cfg.bf16 else "float32"
+    cache = open_cache(root, cfg.data, target, cfg.aux_layer_ids, cfg.max_len, cfg.shard_records, dtype)
     val_cache = (
-        open_cache(root, cfg.val, target, cfg.aux_layer_ids, cfg.max_len, cfg.shard_records) if val_records else None
+        open_cache(root, cfg.val, target, cfg.aux_layer_ids, cfg.max_len, cfg.shard_records, dtype)
+        if val_records
+        else None
     )
     cache_stats = {}
     if env.main:  # one rank computes the features, the others wait and then read them
