@@ -63,9 +63,11 @@ def generated_per_conversation(metrics: Path = paths.METRICS) -> float:
     return regen["new_tokens"] / max(1, regen["success"])
 
 
-def training_cost(records: int, epochs: int, ttt_length: int) -> float:
-    """Token-equivalents of training one draft: TTT length 3 costs 1 a token, 7 about 2 (the profile's sizing)."""
-    return records * TRAIN_TOKENS_PER_CONVERSATION * epochs * (ttt_length + 1) / 4
+def training_cost(records: int, epochs: int, ttt_length: int, max_train_tokens: int | None = None) -> float:
+    """Token-equivalents of training one draft: TTT length 3 costs 1 a token, 7 about 2 (the profile's sizing); a
+    max_train_tokens budget ends the draft there."""
+    tokens = records * TRAIN_TOKENS_PER_CONVERSATION * epochs
+    return min(tokens, max_train_tokens or tokens) * (ttt_length + 1) / 4
 
 
 def fit_to_data(section: dict, regenerated: int) -> dict:
@@ -90,7 +92,7 @@ def plan_cost(section: dict, regenerated: int) -> float:
     """Training cost of stage train_draft's plan when `regenerated` conversations exist (train.plan.plan_runs): a
     comparison draft costs about what the regenerated draft it is matched to costs (equal answer tokens), and the
     per-source drafts together at most one draft on every regenerated conversation."""
-    base = {"epochs": section["epochs"], "ttt_length": section["ttt_length"]}
+    base = {k: section.get(k) for k in ("epochs", "ttt_length", "max_train_tokens")}
     scales = {regenerated if s == "all" else s for s in section["scales"]}
     matched = [regenerated if s == "all" else s for s in [*section["original_scales"], section["sampled_scale"]]]
     runs = [(n, {}) for n in [*scales, *(n for n in matched if n in scales)]]
