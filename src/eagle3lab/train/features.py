@@ -253,9 +253,9 @@ class FeatureCache:
                 by_shard.setdefault(r.index // self.shard_records, []).append(r)
         tokens = sum(len(r) for k in todo for r in by_shard.get(k, []))
         indices = self.key["hidden_states_indices"]
-        model = target.model
-        if todo and model.dtype != getattr(torch, self.key["dtype"]):
-            model = copy.deepcopy(model).to(getattr(torch, self.key["dtype"]))  # the target itself stays as loaded
+        model, dtype = target.model, getattr(torch, self.key["dtype"])
+        if todo and model.dtype != dtype:
+            model = copy.deepcopy(model).to(dtype)  # the target itself stays as loaded
         bar = tqdm(total=tokens, unit="tok", desc="target features", disable=not progress or not tokens)
         for k in todo:
             rows = by_shard.get(k, [])
