@@ -24,6 +24,7 @@ DEFAULT_K = 3  # what a fix proposes when the line gives no num_speculative_toke
 # option (dashes) -> Launch field; "spec" is --speculative-config
 OPTIONS = {
     "--model": "model_path",
+    "--dtype": "dtype",
     "--max-model-len": "context_length",
     "--tensor-parallel-size": "tp_size",
     "-tp": "tp_size",
@@ -123,8 +124,8 @@ def _read_spec_json(launch: Launch, name: str, value: str) -> dict | None:
 
 
 def _set_field(launch: Launch, field: str, name: str, value: str, span: tuple[int, int, bool]) -> None:
-    if field == "model_path":
-        launch.model_path = value
+    if field in ("model_path", "dtype"):
+        setattr(launch, field, value)
         return
     try:
         number = _int(value)
@@ -202,7 +203,7 @@ class VLLMSyntax(LaunchSyntax):
         return rules.eagle3_under_eagle(launch, draft, ev)
 
     def draft_checks(self, launch: Launch, draft, target) -> list:
-        return rules.check_architecture(launch, draft)
+        return rules.check_architecture(launch, draft) + rules.check_weights_dtype(launch, draft)
 
     def consequences(self, algorithm: str) -> list[str]:
         if algorithm != "DRAFT_MODEL":
