@@ -326,8 +326,8 @@ def _finish(cfg: TrainConfig, env: Dist, trainer: Trainer, out: Path) -> dict:
     if env.main:
         if trainer.best.weights is not None:
             load_draft_weights(trainer.draft, trainer.best.weights)
-        # In the dtype its matmuls trained in, as SpecForge's exports and the committed GPU drafts are: the engines
-        # serve it in that dtype, at half the bytes of float32.
+        # In the dtype its matmuls trained in, as SpecForge's exports and the committed GPU drafts are (half the bytes
+        # of float32); each engine casts it to the dtype it serves in.
         save_draft(trainer.draft, out / "draft", dtype=torch.bfloat16 if cfg.bf16 else None)
         write_json(out / "vocab.json", {**inputs.vocab_report, "ids": inputs.vocab.ids.tolist()})
         write_json(out / "result.json", result)
