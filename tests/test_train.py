@@ -228,16 +228,20 @@ def test_token_cap_bounds_tokens_and_steps_and_the_schedule_spans_it(setup):
     first_pass = sum(r["epoch"] == 0 for r in rows)
     assert uncapped["steps"] == len(rows) > first_pass + 1
     # a cap halfway through the second pass's second step: the run stops after that pass's first step
-    cap = (rows[first_pass]["tokens"] + rows[first_pass + 1]["tokens"]) // 2
-    capped = train_draft(config(setup, "capped", max_steps=None, epochs=2, val=None, max_train_tokens=cap))
+    cap = (rows[first_pass]["answer_tokens"] + rows[first_pass + 1]["answer_tokens"]) // 2
+    capped = train_draft(config(setup, "capped", max_steps=None, epochs=2, val=None, max_answer_tokens=cap))
     capped_rows = list(read_jsonl(setup["root"] / "capped" / "metrics.jsonl"))
     assert capped["steps"] == first_pass + 1 and capped_rows[-1]["epoch"] == 1
-    assert capped["tokens_seen"] == rows[first_pass]["tokens"] <= cap < rows[first_pass + 1]["tokens"]
+    # the budget counts answer tokens (the loss's), not the prompts': those are more, and the run still goes on
+    assert (
+        capped["answer_tokens_seen"] == rows[first_pass]["answer_tokens"] <= cap < rows[first_pass + 1]["answer_tokens"]
+    )
+    assert capped["tokens_seen"] > cap
     # the cosine schedule ends at the capped run's last step, not the uncapped one's
     lrs = [1e-3 * lr_factor(s, capped["steps"], 1, 0.1) for s in range(capped["steps"])]
     assert [r["lr"] for r in capped_rows] == pytest.approx(lrs)
-    with pytest.raises(InputError, match="max_train_tokens 10: the first step alone trains on"):
-        train_draft(config(setup, "cap-too-small", val=None, max_train_tokens=10))
+    with pytest.raises(InputError, match="max_answer_tokens 10: the first step alone trains on"):
+        train_draft(config(setup, "cap-too-small", val=None, max_answer_tokens=10))
 
 
 def test_head_starts_fresh_unless_copied_from_the_target(setup):
@@ -390,11 +394,11 @@ def test_dvc_exp_run_set_param_reaches_the_notebook(tmp_path, monkeypatch):
     before = stage_parameters("train_draft", notebook, load_params(), paths.PARAMS)
     copy = shutil.copy(paths.PARAMS, tmp_path / "params.yaml")
     apply_overrides(
-        copy, ["train_draft.scales=[6,12]", "train_draft.max_train_tokens=50000", "train_draft.live_dir=null"]
+        copy, ["train_draft.scales=[6,12]", "train_draft.max_answer_tokens=50000", "train_draft.live_dir=null"]
     )
     monkeypatch.setattr(paths, "PARAMS", copy)  # the file the runner finds at run time (run_stage's default)
     after = stage_parameters("train_draft", notebook, load_params(), copy)
-    assert after == {**before, "scales": [6, 12], "max_train_tokens": 50000, "live_dir": None}
+    assert after == {**before, "scales": [6, 12], "max_answer_tokens": 50000, "live_dir": None}
     apply_overrides(copy, ["+train_draft.bogus=1"])
     with pytest.raises(StageError, match=r"\['bogus'\]"):
         stage_parameters("train_draft", notebook, load_params(), copy)

@@ -35,6 +35,7 @@ REGEN_SHARE = 0.4
 # Training tokens a conversation costs an epoch at TTT length 3: prompt + answer, ~480 (1,486 regenerated
 # conversations = 712k tokens, drafts/README.md); a TTT step costs about as much again as the first.
 TRAIN_TOKENS_PER_CONVERSATION = 480
+ANSWER_SHARE = 0.5  # answers' share of those tokens, for sizing: 0.34 measured here at one turn of 128 new tokens
 YARDSTICK = ("mtbench", "1,5,1,6")  # issue 11's goal: accept length 2.0 or more there; the sweep ranks drafts
 # Cuts for the box's few minutes: one on-policy batch in the survey; the benchmark keeps the accept-length
 # yardstick over every draft (sweep, 12 prompts) and runs the rest on MT-bench only.
@@ -63,11 +64,12 @@ def generated_per_conversation(metrics: Path = paths.METRICS) -> float:
     return regen["new_tokens"] / max(1, regen["success"])
 
 
-def training_cost(records: int, epochs: int, ttt_length: int, max_train_tokens: int | None = None) -> float:
+def training_cost(records: int, epochs: int, ttt_length: int, max_answer_tokens: int | None = None) -> float:
     """Token-equivalents of training one draft: TTT length 3 costs 1 a token, 7 about 2 (the profile's sizing); a
-    max_train_tokens budget ends the draft there."""
+    max_answer_tokens budget ends the draft where its answers reach it."""
     tokens = records * TRAIN_TOKENS_PER_CONVERSATION * epochs
-    return min(tokens, max_train_tokens or tokens) * (ttt_length + 1) / 4
+    answers = tokens * ANSWER_SHARE
+    return tokens * min(1.0, (max_answer_tokens or answers) / answers) * (ttt_length + 1) / 4
 
 
 def fit_to_data(section: dict, regenerated: int) -> dict:
@@ -92,7 +94,7 @@ def plan_cost(section: dict, regenerated: int) -> float:
     """Training cost of stage train_draft's plan when `regenerated` conversations exist (train.plan.plan_runs): a
     comparison draft costs about what the regenerated draft it is matched to costs (equal answer tokens), and the
     per-source drafts together at most one draft on every regenerated conversation."""
-    base = {k: section.get(k) for k in ("epochs", "ttt_length", "max_train_tokens")}
+    base = {k: section.get(k) for k in ("epochs", "ttt_length", "max_answer_tokens")}
     scales = {regenerated if s == "all" else s for s in section["scales"]}
     matched = [regenerated if s == "all" else s for s in [*section["original_scales"], section["sampled_scale"]]]
     runs = [(n, {}) for n in [*scales, *(n for n in matched if n in scales)]]

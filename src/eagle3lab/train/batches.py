@@ -8,6 +8,7 @@ import random
 import torch
 import torch.nn.functional as F
 
+from eagle3lab.io import InputError
 from eagle3lab.train.features import Tokenized
 
 SORT_WINDOW = 64  # rows sorted by length within windows this long: little padding, order still shuffled
@@ -62,6 +63,11 @@ class Examples:
         else:
             self.items = cache.index(n_records)
             self.lengths = [n for *_, n in self.items]
+            records = [r for r in records if n_records is None or r.index < n_records]
+            if [len(r) for r in records] != self.lengths:
+                raise InputError(f"feature cache {cache.folder} does not hold these records; delete it to rebuild")
+        # the tokens the loss scores: a training budget counts these, so prompts of any length cost it nothing
+        self.answer_lengths = [int(r.loss_mask.sum()) for r in records]
 
     def __len__(self):
         return len(self.items)

@@ -32,10 +32,12 @@ class TrainConfig:
     val_max_records: int | None = option(200, "use the first N records of --val")
     draft_vocab_size: int = option(8192, "draft vocabulary: the most frequent assistant tokens of the training data")
     ttt_length: int = option(3, "training-time-test unroll length (draft steps trained per position)")
-    epochs: int = option(1, "most passes over the training data (max_train_tokens may stop sooner)")
+    epochs: int = option(1, "most passes over the training data (max_answer_tokens may stop sooner)")
     max_steps: int | None = option(None, "stop after this many optimizer steps")
-    max_train_tokens: int | None = option(
-        None, "stop before the step that would train past this many tokens (all passes, all ranks; default: no cap)"
+    max_answer_tokens: int | None = option(
+        None,
+        "stop before the step that would train past this many answer tokens (the ones the loss scores; all passes, "
+        "all ranks; default: no cap)",
     )
     lr: float = option(1e-3, "peak learning rate (AdamW, cosine decay)")
     warmup_ratio: float = option(0.03, "share of the steps spent warming up the learning rate")
@@ -79,7 +81,7 @@ class TrainConfig:
         for name in ("ttt_length", "epochs", "batch_tokens", "max_len", "draft_vocab_size"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("checkpoint_every", "eval_every", "max_steps", "max_train_tokens"):
+        for name in ("checkpoint_every", "eval_every", "max_steps", "max_answer_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         try:

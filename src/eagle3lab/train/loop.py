@@ -3,7 +3,7 @@
 `train_draft(TrainConfig(...))` from Python, or `eagle3lab train` (train.cli). Runs unchanged under
 `torchrun --nproc-per-node N` (DDP: gloo on CPU, NCCL with one GPU per rank). The checkpoint holds plain types only
 (tensors, dicts, lists, numbers, strings) and is read with torch.load(weights_only=True). With held-out data the
-exported draft is the one of the best held-out accept length (train.selection); `max_train_tokens` ends the data
+exported draft is the one of the best held-out accept length (train.selection); `max_answer_tokens` ends the data
 plan early, `epochs` being then the most passes."""
 
 from __future__ import annotations
@@ -113,14 +113,16 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, total, warmup, cfg.min_lr_ratio)
         )
-        self.total, self.step, self.tokens_seen, self.train_time, self.last_val = total, 0, 0, 0.0, None
+        self.total, self.step, self.tokens_seen, self.answer_tokens_seen = total, 0, 0, 0
+        self.train_time, self.last_val = 0.0, None
         self.best, self.curves = BestDraft(), None
 
     def _plan(self) -> list[tuple[int, int, list[int]]]:
         """The whole data order, fixed by (seed, epoch): position in it is the step counter. It ends before the first
-        step that would take the tokens trained on (summed over ranks, as tokens_seen counts them) past
-        max_train_tokens, so the cosine schedule spans the capped run."""
-        cfg, env, lengths = self.cfg, self.env, self.inputs.train.lengths
+        step that would take the answer tokens trained on (summed over ranks) past max_answer_tokens, so the cosine
+        schedule spans the capped run. Answer tokens, not all tokens: drafts on answers of unequal prompts (original
+        against regenerated ones) then learn from equal numbers of predicted tokens."""
+        cfg, env, lengths, answers = self.cfg, self.env, self.inputs.train.lengths, self.inputs.train.answer_lengths
         plan, tokens = [], 0
         for epoch in range(cfg.epochs):
             batches = make_batches(lengths, cfg.batch_tokens, cfg.seed, epoch)
@@ -131,12 +133,12 @@ class Trainer:
                 )
             for i in range(per_rank):
                 step_batches = batches[i * env.world : (i + 1) * env.world]
-                tokens += sum(lengths[j] for b in step_batches for j in b)
-                if cfg.max_train_tokens is not None and tokens > cfg.max_train_tokens:
+                tokens += sum(answers[j] for b in step_batches for j in b)
+                if cfg.max_answer_tokens is not None and tokens > cfg.max_answer_tokens:
                     if not plan:
                         raise InputError(
-                            f"max_train_tokens {cfg.max_train_tokens}: the first step alone trains on {tokens} tokens; "
-                            "raise it or lower batch_tokens"
+                            f"max_answer_tokens {cfg.max_answer_tokens}: the first step alone trains on {tokens} "
+                            "answer tokens; raise it or lower batch_tokens"
                         )
                     return plan
                 plan.append((epoch, i, step_batches[env.rank]))
@@ -153,6 +155,7 @@ class Trainer:
         set_rng_state(state["rng"], self.device)
         self.best.restore(state["best"])
         self.step, self.tokens_seen, self.train_time = state["step"], state["tokens_seen"], state["train_time"]
+        self.answer_tokens_seen = state["answer_tokens_seen"]
         if self.env.main and self.metrics_path.exists():  # drop rows logged after the checkpoint: they are redone
             kept = [r for r in read_jsonl(self.metrics_path, tolerate_torn_tail=True) if r["step"] <= self.step]
             write_jsonl(self.metrics_path, kept)
@@ -174,6 +177,7 @@ class Trainer:
             "best": self.best.state(),
             "step": self.step,
             "tokens_seen": self.tokens_seen,
+            "answer_tokens_seen": self.answer_tokens_seen,
             "train_time": self.train_time,
         }
         with atomic_path(self.out / CHECKPOINT) as tmp:
@@ -228,6 +232,7 @@ class Trainer:
         real_tokens = int(env.sum(batch["lengths"].sum()))
         self.train_time += clock(self.device) - t0
         self.tokens_seen += real_tokens
+        self.answer_tokens_seen += int(env.sum(batch["loss_mask"].sum()))
         stats = env.sum(torch.stack([out["loss_sum"].float(), out["correct"].float(), out["count"].float()]))
         return {
             "step": self.step,
@@ -237,6 +242,7 @@ class Trainer:
             "lr": lr,
             "grad_norm": round(float(grad_norm), 5),
             "tokens": self.tokens_seen,
+            "answer_tokens": self.answer_tokens_seen,
             "tokens_per_s": round(self.tokens_seen / max(self.train_time, 1e-9), 1),
         }
 
@@ -313,6 +319,7 @@ def _finish(cfg: TrainConfig, env: Dist, trainer: Trainer, out: Path) -> dict:
         "ranks_agree": len(set(checksums)) == 1,
         "param_checksums": checksums,
         "tokens_seen": trainer.tokens_seen,
+        "answer_tokens_seen": trainer.answer_tokens_seen,
         "train_seconds": round(trainer.train_time, 2),
         "tokens_per_s": round(trainer.tokens_seen / max(trainer.train_time, 1e-9), 1),
         "data": inputs.data_stats,

@@ -73,6 +73,7 @@ def summary_rows(results: dict) -> list[dict]:
             "conversations": r["data"]["records"],
             "answer tokens": r["data"]["loss_tokens"],
             "train tokens": r["tokens_seen"],
+            "answer tokens trained": r["answer_tokens_seen"],
             "steps": r["steps"],
             "train tok/s": r["tokens_per_s"],
             "vocab coverage (held-out)": r["vocab"].get("held_out_coverage"),
@@ -98,6 +99,7 @@ def train_metrics(results: dict, artifacts: Path, root: Path) -> dict:
             "best": r.get("best"),  # train_draft's held-out selection
             "records": r["data"]["records"],
             "tokens": r["tokens_seen"],
+            "answer_tokens_seen": r["answer_tokens_seen"],
             "steps": r["steps"],
             "tokens_per_s": r["tokens_per_s"],
             "final_val": r["final_val"],
