@@ -14,7 +14,7 @@ from eagle3lab.paths import ROOT
 from eagle3lab.train.answer_tokens import AnswerTokens, prefix_reaching
 from eagle3lab.train.features import tokenize_file
 from eagle3lab.train.plan import plan_rows, plan_runs
-from eagle3lab.train.scales import summary_rows, train_metrics, training_file
+from eagle3lab.train.scales import in_input_order, summary_rows, train_metrics, training_file
 from tiny import TOKENIZER_FILES
 
 MAX_LEN = 45  # cuts the longer fixture answers (their prompt takes 33 tokens)
@@ -248,6 +248,19 @@ def test_a_subset_draft_trains_on_a_file_of_exactly_its_rows(data):
     before = path.read_bytes()
     assert training_file(run, data, data / "artifacts")[0].read_bytes() == before  # a rerun resumes on the same data
     assert training_file(runs[0], data, data / "artifacts") == (data / "regen.jsonl", 4)
+
+
+def test_the_scales_read_the_regenerated_answers_in_the_order_of_their_prompts(data):
+    # written longest prompt first (completion order); the mixture's order is c0..c39
+    write_rows(data / "completed.jsonl", 6, lambda i: 1 + i, ids=["c9", "c2", "c30", "c0", "c5", "c1"])
+    regenerated = in_input_order(data, "completed.jsonl", "original.jsonl", data / "artifacts")
+    rows = {r["id"]: r for r in read_jsonl(data / "completed.jsonl")}
+    assert list(read_jsonl(data / regenerated)) == [rows[i] for i in ("c0", "c1", "c2", "c5", "c9", "c30")]
+    runs, _ = plan(data, train_data=regenerated, scales=[3])
+    assert training_file(runs[0], data, data / "artifacts") == (data / regenerated, 3)  # c0, c1, c2
+    write_rows(data / "stray.jsonl", 2, lambda i: 1, ids=["c3", "elsewhere"])
+    with pytest.raises(InputError, match=r"stray.jsonl: record 2: id 'elsewhere' is not a prompt of original.jsonl"):
+        in_input_order(data, "stray.jsonl", "original.jsonl", data / "artifacts")
 
 
 def profile_plan(profile, tmp_path):

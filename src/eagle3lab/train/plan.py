@@ -1,6 +1,7 @@
 """The experiment plan of stage train_draft: which drafts to train, on which conversations.
 
-- `scale-NNNNN`: the first N regenerated conversations, one draft per scale.
+- `scale-NNNNN`: the first N regenerated conversations, one draft per scale (stage 03 passes them in the mixture's
+  order: `train.scales.in_input_order`).
 - `original-NNNNN`: the sources' own answers (the mixture's train split), the fewest leading conversations whose
   answer tokens reach those of scale-NNNNN: the original answers run longer, so equal conversation counts would favour
   them.
@@ -104,7 +105,7 @@ def _original_runs(regen: _Regenerated, original_data: str, original_scales) -> 
 
 def _sampled_runs(regen: _Regenerated, sampled_data: str, sampled_scale) -> tuple[list[DraftRun], list[str]]:
     """The temperature draft on the sampled answers to the conversations of the regenerated draft it is matched to
-    (by id: both files are written in completion order, so their prefixes can differ at the edge). The sampled run
+    (by id: the sampled file is in completion order, the regenerated one in the mixture's). The sampled run
     answers the first prompts of the mixture, less those skipped as over-length, so it can hold a few fewer of them
     than the matched draft (836 of 880 in the reference run): the draft trains on those it holds."""
     if sampled_scale is None:

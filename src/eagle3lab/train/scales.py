@@ -12,6 +12,21 @@ from eagle3lab.train.loop import train_draft
 from eagle3lab.train.plan import DraftRun
 
 
+def in_input_order(root: Path, regenerated: str, inputs: str, artifacts: Path) -> str:
+    """The regenerated conversations rewritten in the order of the prompts they answer (`inputs`, the mixture's
+    train split, shuffled), as a path relative to `root`. Regeneration writes in completion order, longest prompts
+    first (the batching engine admits them so), so the regenerated file's prefixes, the data scales, would be its
+    longest prompts rather than samples of the mixture. The same files give the same bytes, so a rerun resumes."""
+    position = {rid: i for i, rid in enumerate(str(row.get("id")) for row in read_jsonl(root / inputs))}
+    rows = list(read_jsonl(root / regenerated))
+    for i, row in enumerate(rows):
+        if str(row.get("id")) not in position:
+            raise InputError(f"{root / regenerated}: record {i + 1}: id {row.get('id')!r} is not a prompt of {inputs}")
+    ordered = artifacts / "train" / "subsets" / "regenerated.jsonl"
+    write_jsonl(ordered, sorted(rows, key=lambda row: position[str(row["id"])]))
+    return str(ordered.relative_to(root))
+
+
 def training_file(run: DraftRun, root: Path, artifacts: Path) -> tuple[Path, int | None]:
     """(data file, max_records) a draft trains on: a prefix of its data, or its rows written to a file of their own
     (the same rows give the same bytes, so a rerun resumes)."""
