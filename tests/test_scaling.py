@@ -132,6 +132,8 @@ def test_a_size_past_the_data_is_reported_only_where_the_ceiling_is_identified()
     assert fitted_size(1040.0, False, sizes) == BEYOND
     assert fitted_size(1040.0, True, sizes) == 1040.0  # a pinned-down ceiling makes the extrapolation a reading
     assert fitted_size(math.inf, True, sizes) == BEYOND  # the fit never reaches it: no number to print
+    assert fitted_size(1.19e15, True, sizes) == BEYOND  # a bootstrap draw near its ceiling: more than a decade past
+    assert fitted_size(1800.0, True, sizes) == 1800.0 and fitted_size(1801.0, True, sizes) == BEYOND
     # the fit's own rows follow the rule: a log-law over one decade leaves the ceiling unidentified
     rng = np.random.default_rng(2)
     log_law = [1.1 + 0.05 * np.log2(n / 22) + rng.normal(0, 0.02, 30) for n in sizes]

@@ -34,6 +34,7 @@ OUT_OF_REACH = "out of this shape's reach"  # more accept length than a round of
 LEVEL = 0.9  # every bootstrap interval of stage 05 (fit, break-even, paired differences)
 MIN_SIZES = 4  # three parameters and one residual
 EXPONENT_BOUNDS = (0.01, 3.0)
+EXTRAPOLATION = 10  # the furthest past the largest size measured a fit's size is reported (identified ceiling only)
 AT_BOUND = 0.05  # a parameter is not identified when more of its bootstrap refits than this sit at a bound
 SPEEDUPS = (1.0, 1.5, 2.0)  # break-even and the targets the data are read off for
 
@@ -107,11 +108,12 @@ def size_for(tau: float, a: float, b: float, c: float) -> float:
 
 
 def fitted_size(size: float, ceiling_identified: bool, sizes: list[float]) -> float | str:
-    """What to report for a data size read off a fit of `sizes`: the size itself inside the measured range, or past
-    it when the ceiling is identified and the fit reaches the accept length at all; BEYOND otherwise. Past the data
-    with the ceiling unidentified, the extrapolation follows the bound the config allows, not the data (the reference
-    run's 22-180 conversations gave "8.3e+15 conversations for 2x")."""
-    return size if size <= max(sizes) or (ceiling_identified and math.isfinite(size)) else BEYOND
+    """What to report for a data size read off a fit of `sizes`: the size itself inside the measured range, or up to
+    a decade past it when the ceiling is identified; BEYOND otherwise. Past the data with the ceiling unidentified,
+    the extrapolation follows the bound the config allows, not the data (the reference run's 22-180 conversations
+    gave "8.3e+15 conversations for 2x"); and an identified ceiling's bootstrap draws near it read off sizes like
+    1.2e+15 (the run of 22-2,200), which two decades of data cannot vouch for."""
+    return size if size <= max(sizes) * (EXTRAPOLATION if ceiling_identified else 1) else BEYOND
 
 
 def _fit_params(sizes, taus, ceiling):
