@@ -10,9 +10,6 @@ from tiny import save_tiny_chat_model
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # one core for each of make test's two workers: more threads oversubscribe both
     os.environ["EAGLE3LAB_LLAMACPP_THREADS"] = "1"  # every llama-server a test starts, the smoke pipeline's too
-# vLLM's CPU build pins each server's OpenMP threads to core 0 ("auto"), so the tests' servers starting side by side
-# share one core: three starts took 64-74 s so, 45-49 s unpinned (measured twice each). Serving keeps vLLM's default.
-os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 ENGINE_GROUPS = ("vllm", "llamacpp")  # the engine fixtures whose tests share session servers
 LONGEST_TEST = "test_every_stage_runs_on_tiny_params"  # the smoke pipeline
