@@ -229,10 +229,11 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        real_tokens = int(env.sum(batch["lengths"].sum()))
+        # one collective for both counts: all tokens, and the answer tokens the loss scores
+        real_tokens, answer_tokens = env.sum(torch.stack([batch["lengths"].sum(), batch["loss_mask"].sum()])).tolist()
         self.train_time += clock(self.device) - t0
         self.tokens_seen += real_tokens
-        self.answer_tokens_seen += int(env.sum(batch["loss_mask"].sum()))
+        self.answer_tokens_seen += answer_tokens
         stats = env.sum(torch.stack([out["loss_sum"].float(), out["correct"].float(), out["count"].float()]))
         return {
             "step": self.step,
