@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from eagle3lab.engines.llamacpp.gguf import target_weights
+from eagle3lab.io import InputError
 from test_regen import _run_cli, _wait_for_lines, write_rows
 from test_regen_vllm import _lines
 
@@ -106,10 +107,36 @@ def test_regen_bench_puts_each_llamacpp_row_against_the_machine_limit(tmp_path, 
     machine = figures["machine"]
     assert machine["flops_per_token"] == 268_959_744  # 2 x (30 x 3.54M + 28.3M head) multiply-adds
     assert machine["limit_tok_s"] > 0 and any("MFLOP a token" in line for line in lines)
-    rows = {row["weights"]: row for row in figures["rows"]}
-    assert set(rows) == {target_weights(), "q4_1"} and all(r["engine"] == "llama.cpp" for r in rows.values())
-    for name, row in rows.items():
+    served = {row["weights"]: row for row in figures["rows"] if row["engine"] == "llama.cpp"}
+    alone = {row["weights"]: row for row in figures["rows"] if row["engine"] == "llama.cpp, no server"}
+    assert set(served) == set(alone) == {target_weights(), "q4_1"} and len(figures["rows"]) == 4
+    for name, row in served.items():
         assert row["tokens"] >= 2 and row["tok_s"] > 0
         assert row["share_of_limit"] == pytest.approx(row["tok_s"] / machine["limit_tok_s"])
         assert figures[f"llamacpp_{name}_s2_tok_s"] == row["tok_s"]
+    for name, row in alone.items():  # llama-batched-bench: 2 sequences in lockstep, every answer 4 tokens
+        assert row["tokens"] == 2 * 4 and row["tok_s"] > 0 and row["setting"] == "2 in lockstep"
+        assert figures[f"llamacpp_engine_{name}_s2_tok_s"] == row["tok_s"]
+        assert row["share_of_limit"] == pytest.approx(row["tok_s"] / machine["limit_tok_s"])
     assert "of limit" in lines[-2] and "llama.cpp" in lines[-2]  # the table, printed before the JSON
+
+
+BATCHED_BENCH_OUTPUT = """main: n_kv_max = 40000, n_batch = 2048, n_ubatch = 512, flash_attn = -1, n_threads = 2
+
+|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |
+|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|
+|   128 |    256 |   32 |  12288 |    5.401 |   758.32 |   22.491 |   364.24 |   27.892 |   440.55 |
+
+llama_perf_context_print:        load time =     120.00 ms
+"""
+
+
+def test_batched_bench_table_gives_new_tokens_over_the_whole_time():
+    """llama-batched-bench's row (recorded on a 2-core EPYC): new tokens are B x TG, over prefill and decoding."""
+    from eagle3lab.engines.llamacpp.batched_bench import parse_table
+
+    row = parse_table(BATCHED_BENCH_OUTPUT)
+    assert (row["B"], row["TG"], row["T"]) == (32, 256, 27.892)
+    assert row["new_tok_s"] == pytest.approx(32 * 256 / 27.892)
+    with pytest.raises(InputError, match="one result row, found 0"):
+        parse_table(BATCHED_BENCH_OUTPUT.split("|-")[0])

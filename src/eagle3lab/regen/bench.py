@@ -4,11 +4,12 @@ never a test).
 On the same seeded ShareGPT prompts: plain batch-1 `generate` and the local backend at batch 1 (--baseline-n), the
 local backend with each engine (eagle3lab's BatchGenerator, transformers' paged continuous batching) at each
 --batch-size, llama.cpp (the llamacpp backend: its own llama-server) for each --llamacpp-weights at each
---llamacpp-slots, vLLM (its own environment: `make vllm`) at each --vllm-concurrency and `transformers serve` at each
---transformers-concurrency, both through the openai backend. Each row's tok/s is also given as a share of the
-machine's limit (regen.machine_limit: the model's FLOPs a token against the GEMM rate measured here), whose arithmetic
-is printed. Figures are `NAME_tok_s` (local_ENGINE_bB, llamacpp_WEIGHTS_sS, vllm_cC, transformers_cC; local_ENGINE:
-the engine's best batch size) and `rows`, the table.
+--llamacpp-slots and the same engine without its server (llama-batched-bench: `llama.cpp, no server`), vLLM (its own
+environment: `make vllm`) at each --vllm-concurrency and `transformers serve` at each --transformers-concurrency,
+both through the openai backend. Each row's tok/s is also given as a share of the machine's limit
+(regen.machine_limit: the model's FLOPs a token against the GEMM rate measured here), whose arithmetic is printed.
+Figures are `NAME_tok_s` (local_ENGINE_bB, llamacpp_WEIGHTS_sS, llamacpp_engine_WEIGHTS_sS, vllm_cC,
+transformers_cC; local_ENGINE: the engine's best batch size) and `rows`, the table.
 
     eagle3lab regen bench --engines batching --batch-size 8 32 --llamacpp-weights f32 bf16 q4_1 \\
         --llamacpp-slots 8 16 32 --vllm-concurrency 16 32 --n 64 --baseline-n 0 --max-new-tokens 128 --device cpu
@@ -164,10 +165,7 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
             log=log,
         )
         figures[f"{name}_tok_s"] = result.tokens_per_s
-        limit = figures.get("machine", {}).get("limit_tok_s")
-        share = result.tokens_per_s / limit if limit else None
-        row |= {"prompts": len(rows), "tokens": result.tokens, "tok_s": result.tokens_per_s, "share_of_limit": share}
-        figures["rows"].append(row)
+        add_row(figures, row, prompts=len(rows), tokens=result.tokens, tok_s=result.tokens_per_s)
         log(f"{name}: {result.tokens} tokens in {result.seconds:.1f} s = {result.tokens_per_s:.1f} tok/s")
 
     if s.baseline_n:
@@ -187,7 +185,9 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
         figures[f"local_{engine}_tok_s"] = max(figures[f"local_{engine}_b{b}_tok_s"] for b in s.batch_size)
     served = prompts[: s.serve_n]
     if served:
-        _measure_llamacpp(s, measure, served)
+        lengths = PromptLength(tokenizer, s.max_prompt_tokens + s.max_new_tokens, s.max_new_tokens)
+        mean_prompt = round(sum(len(lengths.ids(r["conversations"])) for r in served) / len(served))
+        _measure_llamacpp(s, measure, served, mean_prompt, figures)
         for engine, concurrency in (("vllm", s.vllm_concurrency), ("transformers", s.transformers_concurrency)):
             if concurrency:
                 _measure_server(s, engine, concurrency, measure, served, workdir / f"{engine}.log")
@@ -196,9 +196,13 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
     return figures
 
 
-def _measure_llamacpp(s: BenchSettings, measure: Callable, rows: list[dict]) -> None:
-    """The llamacpp backend per weights and slots, each run starting its own llama-server (not in the timing)."""
-    from eagle3lab.engines.llamacpp.gguf import target_weights
+def _measure_llamacpp(s: BenchSettings, measure: Callable, rows: list[dict], prompt_tokens: int, figures: dict) -> None:
+    """The llamacpp backend per weights and slots, each run starting its own llama-server (not in the timing), then
+    the same engine without the server (engines.llamacpp.batched_bench: prompts of the rows' mean length, every
+    answer max_new_tokens long), so the table shows what the server and our client cost."""
+    from eagle3lab.engines.llamacpp.batched_bench import engine_throughput
+    from eagle3lab.engines.llamacpp.gguf import target_gguf, target_weights
+    from eagle3lab.engines.llamacpp.server import default_threads
 
     for weights in map(target_weights, s.llamacpp_weights):
         for slots in s.llamacpp_slots:
@@ -207,6 +211,17 @@ def _measure_llamacpp(s: BenchSettings, measure: Callable, rows: list[dict]) -> 
             measure(
                 f"llamacpp_{weights}_s{slots}", row, rows, max_context=s.max_prompt_tokens + s.max_new_tokens, **served
             )
+        for slots in s.llamacpp_slots:
+            got = engine_throughput(
+                target_gguf(s.target, weights),
+                slots=slots,
+                prompt_tokens=prompt_tokens,
+                new_tokens=s.max_new_tokens,
+                threads=s.threads or default_threads(),
+            )
+            figures[f"llamacpp_engine_{weights}_s{slots}_tok_s"] = got["new_tok_s"]
+            row = {"engine": "llama.cpp, no server", "weights": weights, "setting": f"{slots} in lockstep"}
+            add_row(figures, row, prompts=slots, tokens=int(got["B"] * got["TG"]), tok_s=got["new_tok_s"])
 
 
 def _measure_server(
@@ -222,6 +237,13 @@ def _measure_server(
         for c in concurrency:
             row = {"engine": engine, "weights": s.dtype, "setting": f"{c} in flight"}
             measure(f"{engine}_c{c}", row, rows, backend="openai", server_addresses=[address], concurrency=c)
+
+
+def add_row(figures: dict, row: dict, *, prompts: int, tokens: int, tok_s: float) -> None:
+    """One row of the table, with its share of the machine's limit where the limit was measured (CPU)."""
+    limit = figures.get("machine", {}).get("limit_tok_s")
+    share = tok_s / limit if limit else None
+    figures["rows"].append(row | {"prompts": prompts, "tokens": tokens, "tok_s": tok_s, "share_of_limit": share})
 
 
 def table(figures: dict) -> str:
