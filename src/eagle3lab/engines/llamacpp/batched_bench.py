@@ -5,10 +5,28 @@ rows, so the gap between the engine and llama-server regenerating through our cl
 
 from __future__ import annotations
 
+import os
 import subprocess
+from pathlib import Path
 
-from eagle3lab.engines.llamacpp.build import tool_path
+from eagle3lab.engines.llamacpp.build import build_dir, server_path
 from eagle3lab.io import InputError
+from eagle3lab.serving.processes import run_step
+
+TOOL = "llama-batched-bench"
+
+
+def tool_path() -> Path:
+    """llama-batched-bench, built into the ready llama-server build on first use: seconds, since the libraries it
+    links are built already."""
+    path = server_path().parent / TOOL
+    if not path.exists():
+        cmd = ["cmake", "--build", build_dir() / "build", "--target", TOOL, "-j", os.cpu_count() or 1]
+        code, tail = run_step(cmd, f"llama.cpp build: {TOOL}")
+        if code:
+            raise InputError(f"llama.cpp build: {TOOL} failed (exit {code}):\n{tail}")
+    return path
+
 
 COLUMNS = ("PP", "TG", "B", "N_KV", "T_PP", "S_PP", "T_TG", "S_TG", "T", "S")
 
@@ -34,7 +52,7 @@ def engine_throughput(gguf, *, slots: int, prompt_tokens: int, new_tokens: int, 
     """Run llama-batched-bench once on `gguf`; its row (parse_table). Each sequence gets its own KV stream of
     prompt + new tokens, as each of llama-server's slots does; flash attention at the engine's default, as served."""
     context = slots * (prompt_tokens + new_tokens + 256)  # 256: the KV cache pads each stream
-    cmd = [str(tool_path("llama-batched-bench")), "-m", str(gguf), "-t", str(threads), "-c", str(context)]
+    cmd = [str(tool_path()), "-m", str(gguf), "-t", str(threads), "-c", str(context)]
     cmd += ["-npp", str(prompt_tokens), "-ntg", str(new_tokens), "-npl", str(slots)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:

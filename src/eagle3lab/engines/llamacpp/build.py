@@ -61,17 +61,6 @@ def server_path() -> Path:
     return build_dir() / "build" / "bin" / "llama-server"
 
 
-def tool_path(name: str) -> Path:
-    """Another program of the pinned source (llama-batched-bench), built into the ready build on first use: seconds,
-    since the libraries llama-server links are built already."""
-    path = server_path().parent / name
-    if not path.exists():
-        _run(
-            ["cmake", "--build", build_dir() / "build", "--target", name, "-j", os.cpu_count() or 1], f"building {name}"
-        )
-    return path
-
-
 def _run(cmd: list, what: str, cwd: Path | None = None) -> None:
     code, tail = run_step(cmd, f"llama.cpp build: {what}", cwd=cwd)
     if code:
