@@ -185,9 +185,7 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
         figures[f"local_{engine}_tok_s"] = max(figures[f"local_{engine}_b{b}_tok_s"] for b in s.batch_size)
     served = prompts[: s.serve_n]
     if served:
-        lengths = PromptLength(tokenizer, s.max_prompt_tokens + s.max_new_tokens, s.max_new_tokens)
-        mean_prompt = round(sum(len(lengths.ids(r["conversations"])) for r in served) / len(served))
-        _measure_llamacpp(s, measure, served, mean_prompt, figures)
+        _measure_llamacpp(s, measure, served, tokenizer, figures)
         for engine, concurrency in (("vllm", s.vllm_concurrency), ("transformers", s.transformers_concurrency)):
             if concurrency:
                 _measure_server(s, engine, concurrency, measure, served, workdir / f"{engine}.log")
@@ -196,7 +194,7 @@ def bench(s: BenchSettings, log: Callable[[str], None] = print) -> dict:
     return figures
 
 
-def _measure_llamacpp(s: BenchSettings, measure: Callable, rows: list[dict], prompt_tokens: int, figures: dict) -> None:
+def _measure_llamacpp(s: BenchSettings, measure: Callable, rows: list[dict], tokenizer, figures: dict) -> None:
     """The llamacpp backend per weights and slots, each run starting its own llama-server (not in the timing), then
     the same engine without the server (engines.llamacpp.batched_bench: prompts of the rows' mean length, every
     answer max_new_tokens long), so the table shows what the server and our client cost."""
@@ -204,6 +202,8 @@ def _measure_llamacpp(s: BenchSettings, measure: Callable, rows: list[dict], pro
     from eagle3lab.engines.llamacpp.gguf import target_gguf, target_weights
     from eagle3lab.engines.llamacpp.server import default_threads
 
+    lengths = PromptLength(tokenizer, s.max_prompt_tokens + s.max_new_tokens, s.max_new_tokens)
+    prompt_tokens = round(sum(len(lengths.ids(r["conversations"])) for r in rows) / len(rows))
     for weights in map(target_weights, s.llamacpp_weights):
         for slots in s.llamacpp_slots:
             row = {"engine": "llama.cpp", "weights": weights, "setting": f"{slots} slots"}

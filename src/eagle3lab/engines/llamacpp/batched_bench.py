@@ -9,9 +9,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from eagle3lab.engines.llamacpp.build import build_dir, server_path
+from eagle3lab.engines.llamacpp.build import _run, build_dir, server_path
 from eagle3lab.io import InputError
-from eagle3lab.serving.processes import run_step
 
 TOOL = "llama-batched-bench"
 
@@ -21,10 +20,11 @@ def tool_path() -> Path:
     links are built already."""
     path = server_path().parent / TOOL
     if not path.exists():
-        cmd = ["cmake", "--build", build_dir() / "build", "--target", TOOL, "-j", os.cpu_count() or 1]
-        code, tail = run_step(cmd, f"llama.cpp build: {TOOL}")
-        if code:
-            raise InputError(f"llama.cpp build: {TOOL} failed (exit {code}):\n{tail}")
+        # build.py's own step runner (progress, EngineMissing on failure); the function stays there, since build.py
+        # is a stage-02 dependency and this tool is not
+        _run(
+            ["cmake", "--build", build_dir() / "build", "--target", TOOL, "-j", os.cpu_count() or 1], f"building {TOOL}"
+        )
     return path
 
 
