@@ -122,8 +122,9 @@ def bad_servers(request, vllm, smollm2_dir, tmp_path_factory):
         cmd = vllm_line(engine, smollm2_dir, case.draft, port=free_port(), spec_edit=case.spec_edit)
         case.line = shlex.join(cmd)
         launches[name] = (engine, cmd, root / f"{name}.log")
-    wanted = {n.removesuffix("_server") for n in wanted_by(request, SERVED_CASES)}
-    wanted |= {i.callspec.params["field"] for i in request.session.items if i.originalname == FIELD_TEST}
+    # in the order the tests ask: the served cases' tests come before the field test in this file
+    wanted = [n.removesuffix("_server") for n in wanted_by(request, SERVED_CASES)]
+    wanted += [i.callspec.params["field"] for i in request.session.items if i.originalname == FIELD_TEST]
     pool = ServerPool(launches, wanted)
     yield pool, cases
     pool.close()

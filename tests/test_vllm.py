@@ -3,6 +3,7 @@ servers on loopback (SmolLM2 with the committed trained draft, float32)."""
 
 import json
 import socket
+import subprocess
 
 import pytest
 
@@ -125,6 +126,18 @@ def test_the_trained_draft_speculates_in_vllm_and_greedy_output_equals_vllms_bas
     assert row["drafts"] > 0 and 1.2 < row["accept_length"] <= 3.0  # k=2: at most 3 tokens a round
     first, second = row["position_acceptance"]
     assert first >= second > 0 and row["accepted"] == round((first + second) * row["drafts"])
+    # one_worker_process: the model worker runs in the engine core's process, the API server's only vLLM child
+    assert vllm_processes_under(vllm_eagle3.process.pid) == ["VLLM::EngineCore"]
+
+
+def vllm_processes_under(pid: int) -> list[str]:
+    """The titles of the processes vLLM started below `pid` (VLLM::EngineCore, VLLM::Worker), sorted."""
+    listing = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,args="], capture_output=True, text=True, check=True)
+    rows = [(int(p), int(pp), args) for p, pp, args in (line.split(None, 2) for line in listing.stdout.splitlines())]
+    tree: set[int] = {pid}
+    for _ in range(3):  # the API server, the engine core, a worker under it
+        tree |= {p for p, pp, _ in rows if pp in tree}
+    return sorted(args for p, _, args in rows if p in tree and args.startswith("VLLM::"))
 
 
 def _served(prompt, system, config, tokens, seconds, drafts=None, per_position=()):

