@@ -114,9 +114,9 @@ TRAINED_DRAFT = "drafts/smollm2-original-6960"  # the committed GPU-trained draf
 @pytest.fixture(scope="session")
 def vllm():
     """vLLM as the tests run it: eager (no inductor compile at start-up), float32 (greedy output then matches
-    vLLM's own baseline token for token) and with the model worker inside the engine core (one vLLM import fewer per
-    start; measured alone on a 2-core AVX-512 EPYC: the session servers' tests 125 s against 198, the first three
-    broken-draft servers started in 50 s against 100). A missing environment fails with the command that builds it."""
+    vLLM's own baseline token for token) and with the model worker inside the engine core, on one torch thread (one
+    vLLM import fewer per start: make test's pytest took 825 s instead of 978 on a 2-core AVX-512 EPYC, one run
+    each). A missing environment fails with the command that builds it."""
     from eagle3lab.engines.vllm.environment import python_path
     from eagle3lab.engines.vllm.server import VLLM
 
