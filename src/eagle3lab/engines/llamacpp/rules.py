@@ -17,9 +17,7 @@ per target step on four MT-bench prompts):
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from pathlib import Path
 
 from eagle3lab.doctor.artifacts import DraftInfo, TargetInfo
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
@@ -81,21 +79,10 @@ _READ_FIX = {
 }
 
 
-@functools.lru_cache(maxsize=8)
-def _facts(path: str, mtime_ns: int) -> dict:
-    return gguf_facts(path)
-
-
-def read_facts(path: str) -> dict:
-    """gguf_facts, read once per file version: GGUFReader parses the whole vocabulary (seconds per file)."""
-    file = Path(path)
-    return _facts(str(file.resolve()), file.stat().st_mtime_ns) if file.is_file() else gguf_facts(path)  # names it
-
-
 def target_info(path: str) -> TargetInfo | None:
     """The target GGUF as the generic checks know a target (layers, width, vocab, trained context); None: unreadable."""
     try:
-        facts = read_facts(path)
+        facts = gguf_facts(path)
     except InputError:
         return None
     if not (facts["block_count"] and facts["embedding_length"]):
@@ -108,7 +95,7 @@ def target_info(path: str) -> TargetInfo | None:
 
 def _read(path: str, what: str) -> tuple[dict | None, list[Finding]]:
     try:
-        return read_facts(path), []
+        return gguf_facts(path), []
     except InputError as e:
         return None, [Finding("gguf", ERROR, f"the {what} GGUF cannot be read", [str(e)], fix=_READ_FIX[what])]
 
