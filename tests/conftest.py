@@ -1,4 +1,3 @@
-import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,6 +12,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 ENGINE_GROUPS = ("vllm", "llamacpp")  # the engine fixtures whose tests share session servers
 LONGEST_TEST = "test_every_stage_runs_on_tiny_params"  # the smoke pipeline
+KILLS = "kills_session_server"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers
@@ -25,8 +25,9 @@ def pytest_collection_modifyitems(items):
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
     # the longest single test first, so one worker runs it from the start while the other takes the engine groups
-    # (in file order it started 21 minutes into a 41-minute run on a 2-core AVX2 EPYC, and ran 26 of them)
-    items.sort(key=lambda item: item.originalname != LONGEST_TEST)
+    # (in file order it started 21 minutes into a 41-minute run on a 2-core AVX2 EPYC, and ran 26 of them); a test
+    # that kills a session server last, after every test that uses that server
+    items.sort(key=lambda item: (item.originalname != LONGEST_TEST, bool(item.get_closest_marker(KILLS))))
 
 
 @pytest.fixture(scope="session")
@@ -177,15 +178,6 @@ class ServerPool:
             self.running.update(zip(names, start_together([self.launches[n] for n in names])))
         return self.running[name][1]
 
-    def restart(self, name: str):
-        """Stop (or reap, after a kill) one server and start it again with the same command, on the same port."""
-        context, _ = self.running.pop(name)
-        context.__exit__(None, None, None)
-        engine, command, log_path = self.launches[name]
-        log_path = log_path.with_name(f"{log_path.stem}-restarted{log_path.suffix}")  # the first log stays
-        self.running[name] = start_together([(engine, command, log_path)])[0]
-        return self.running[name][1]
-
     def stop(self, name: str) -> None:
         """Stop one server for good: no later get() starts it with the others."""
         if name in self.wanted:
@@ -196,25 +188,6 @@ class ServerPool:
     def close(self) -> None:
         while self.running:
             self.running.popitem()[1][0].__exit__(None, None, None)
-
-
-@dataclasses.dataclass
-class PooledServer:
-    """One server of a pool as the tests hold it: its URL and process are the current ones, after a restart too."""
-
-    pool: ServerPool
-    name: str
-
-    @property
-    def url(self) -> str:
-        return self.pool.get(self.name).url
-
-    @property
-    def process(self):
-        return self.pool.get(self.name).process
-
-    def restart(self) -> None:
-        self.pool.restart(self.name)
 
 
 SESSION_VLLM = ("vllm_eagle3", "vllm_baseline")
@@ -244,16 +217,14 @@ def vllm_servers(request, vllm, smollm2_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def vllm_eagle3(vllm_servers):
     """One real vLLM server for the session: SmolLM2 with the committed trained draft at k=2, on loopback."""
-    vllm_servers.get("vllm_eagle3")
-    return PooledServer(vllm_servers, "vllm_eagle3")
+    return vllm_servers.get("vllm_eagle3")
 
 
 @pytest.fixture(scope="session")
 def vllm_baseline(vllm_servers):
-    """The same target alone in vLLM (no draft): the engine's own baseline. test_regen_vllm kills it with SIGKILL
-    and restarts it on the same port; the tests after it get the restarted server."""
-    vllm_servers.get("vllm_baseline")
-    return PooledServer(vllm_servers, "vllm_baseline")
+    """The same target alone in vLLM (no draft): the engine's own baseline. test_regen_vllm kills it with SIGKILL,
+    after every other test (marked kills_session_server)."""
+    return vllm_servers.get("vllm_baseline")
 
 
 # ---- real llama.cpp servers (make test builds llama-server first: `make llamacpp`) --------------------------------

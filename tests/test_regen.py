@@ -462,7 +462,7 @@ def test_openai_no_server_at_start_is_a_clear_error(tmp_path, capsys):
     assert not (tmp_path / "out.jsonl").exists()
 
 
-def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target):
+def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target, served):
     n = 12
     path = write_rows(tmp_path / "in.jsonl", [chat(i) for i in range(n)])
     out = tmp_path / "out.jsonl"
@@ -500,18 +500,18 @@ def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target):
     errors = list(read_jsonl(tmp_path / "out.errors.jsonl"))
     assert errors and all("gave up after 2 attempts" in e["error"] for e in errors)
     assert f"= success {len(_ids(out))} + error {len(errors)} + skipped 0 [OK]" in stdout
-    with serve_model(tiny_target, log_path=tmp_path / "serve2.log") as (address, _):
-        result = regenerate(
-            path,
-            out,
-            backend="openai",
-            server_addresses=[address],
-            target=tiny_target,
-            max_new_tokens=32,
-            concurrency=4,
-            resume=True,
-            progress_bar=False,
-        )
+    # resumed on the module's server of the same model (a run moved to another server, as after a failover)
+    result = regenerate(
+        path,
+        out,
+        backend="openai",
+        server_addresses=[served],
+        target=tiny_target,
+        max_new_tokens=32,
+        concurrency=4,
+        resume=True,
+        progress_bar=False,
+    )
     ids = _ids(out)
     assert result.accounting.ok and result.accounting.errors == 0
     assert len(ids) == len(set(ids)) == n

@@ -1,11 +1,13 @@
 """`eagle3lab regen --backend openai` against a real vLLM server (the session's baseline server, SmolLM2 alone): the
-server is killed with SIGKILL mid-run, started again on the same port, and `--resume` finishes the output with
-nothing lost, duplicated or rewritten."""
+server is killed with SIGKILL mid-run, and `--resume` on the session's other server of the same target (a failover)
+finishes the output with nothing lost, duplicated or rewritten."""
 
 import json
 import os
 import signal
 from pathlib import Path
+
+import pytest
 
 from eagle3lab.regen.cli import main as regen_main
 from test_regen import _run_cli, _wait_for_lines, write_rows
@@ -38,17 +40,15 @@ def _regen(address: str, path: Path, out: Path, *extra: str):
     return _run_cli(args)
 
 
-def test_vllm_killed_mid_run_then_resume(tmp_path, vllm_baseline, capsys):
+@pytest.mark.kills_session_server  # runs after every other test of the session's vLLM servers
+def test_vllm_killed_mid_run_then_resume(tmp_path, vllm_baseline, vllm_eagle3, capsys):
     path = write_rows(tmp_path / "in.jsonl", _rows())
     out, errors, skipped = tmp_path / "out.jsonl", tmp_path / "out.errors.jsonl", tmp_path / "out.skipped.jsonl"
     address = vllm_baseline.url.removeprefix("http://")
-    try:
-        proc = _regen(address, path, out, "--concurrency", "4", "--retries", "1", "--backoff", "0.05")
-        _wait_for_lines(out, 3, proc)
-        os.killpg(vllm_baseline.process.pid, signal.SIGKILL)  # the API server, its engine core and its workers
-        stdout, stderr = proc.communicate(timeout=180)
-    finally:
-        vllm_baseline.restart()  # the same launch line on the same port; the tests after this one get it
+    proc = _regen(address, path, out, "--concurrency", "4", "--retries", "1", "--backoff", "0.05")
+    _wait_for_lines(out, 3, proc)
+    os.killpg(vllm_baseline.process.pid, signal.SIGKILL)  # the API server and its engine core
+    stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 1, stderr  # incomplete: records failed
     written, failed = out.read_bytes(), _lines(errors)
     done = [r["id"] for r in _lines(out)]
@@ -59,7 +59,9 @@ def test_vllm_killed_mid_run_then_resume(tmp_path, vllm_baseline, capsys):
     assert f"input {N + 1} = success {len(done)} + error {len(failed)} + skipped 1 [OK]" in stdout
     assert len(set(done) | {e["id"] for e in failed}) == len(done) + len(failed) == N  # disjoint, complete
 
-    # asking for more context than the restarted server serves is refused before any file is touched
+    # the same target speculating: greedy answers are the target's own, and records carry the same model name
+    address = vllm_eagle3.url.removeprefix("http://")
+    # asking for more context than the server serves is refused before any file is touched
     rc = regen_main(
         ["--backend", "openai", "--server-address", address, "--input", str(path)]
         + ["--output", str(tmp_path / "o.jsonl"), "--max-context", "4096", "--no-progress"]
