@@ -92,6 +92,15 @@ def tiny_target(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_served(tiny_target, tmp_path_factory):
+    """`transformers serve` on tiny_target, on a free 127.0.0.1 port, for the session: its address (host:port)."""
+    from eagle3lab.regen.bench import serve_model
+
+    with serve_model(tiny_target, log_path=tmp_path_factory.mktemp("serve") / "serve.log") as (address, _):
+        yield address
+
+
+@pytest.fixture(scope="session")
 def project_draft(tmp_path_factory):
     """A tiny random draft in the project's export format, with its target's config beside it."""
     from transformers import LlamaConfig

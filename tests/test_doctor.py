@@ -19,7 +19,6 @@ from eagle3lab.doctor.cli import main
 from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR, OK, WARNING
 from eagle3lab.doctor.reading import parse_launch
-from eagle3lab.regen.bench import serve_model as transformers_serve  # transformers serve by default
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
 ROOT = Path(__file__).resolve().parents[1]
@@ -657,22 +656,16 @@ def test_project_draft_wrong_and_fixed(project_draft):
 # ---- runtime: a real server -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def transformers_server(tiny_target):
-    """`transformers serve` on a tiny random Llama with SmolLM2's tokenizer, on a free 127.0.0.1 port."""
-    folder = Path(tiny_target)
-    with transformers_serve(folder, log_path=folder.parent / "serve.log") as (address, _):
-        yield f"http://{address}"
-
-
-def test_real_transformers_serve_reports_no_speculation(transformers_server, seeds):
-    report = diagnose(server=transformers_server, probes=1, probe_tokens=8, timeout=60)
+def test_real_transformers_serve_reports_no_speculation(tiny_served, seeds):
+    """`transformers serve` on a tiny random Llama with SmolLM2's tokenizer."""
+    url = f"http://{tiny_served}"
+    report = diagnose(server=url, probes=1, probe_tokens=8, timeout=60)
     assert "no /server_info" in checks(report, "server", WARNING)[0].title
     [off] = checks(report, "speculation")
     assert off.severity == WARNING and "speculation is off" in off.title
     assert report.exit_code == 0
     # expecting a draft to be served, the same server is an error
-    expecting = diagnose(server=transformers_server, draft=seeds["draft"], probes=1, probe_tokens=8, timeout=60)
+    expecting = diagnose(server=url, draft=seeds["draft"], probes=1, probe_tokens=8, timeout=60)
     assert checks(expecting, "speculation", ERROR) and expecting.exit_code == 1
 
 

@@ -409,14 +409,7 @@ def test_llama_server_samples_the_whole_distribution(monkeypatch):
 # ---- the openai backend against a real transformers serve --------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def served(tiny_target, tmp_path_factory):
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with serve_model(tiny_target, log_path=log) as (address, proc):
-        yield address
-
-
-def test_openai_backend_multi_turn_and_data_parallel(tmp_path, tiny_target, served):
+def test_openai_backend_multi_turn_and_data_parallel(tmp_path, tiny_target, tiny_served):
     path = write_rows(tmp_path / "in.jsonl", [chat(i, turns=2) for i in range(4)] + BAD_ROWS[:3])
     out = tmp_path / "out.jsonl"
     dead = f"127.0.0.1:{free_port()}"  # a second address that is down: the run uses the live one
@@ -424,7 +417,7 @@ def test_openai_backend_multi_turn_and_data_parallel(tmp_path, tiny_target, serv
         path,
         out,
         backend="openai",
-        server_addresses=[served, dead],
+        server_addresses=[tiny_served, dead],
         target=tiny_target,
         max_new_tokens=8,
         max_turns=2,
@@ -462,7 +455,7 @@ def test_openai_no_server_at_start_is_a_clear_error(tmp_path, capsys):
     assert not (tmp_path / "out.jsonl").exists()
 
 
-def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target, served):
+def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target, tiny_served):
     n = 12
     path = write_rows(tmp_path / "in.jsonl", [chat(i) for i in range(n)])
     out = tmp_path / "out.jsonl"
@@ -505,7 +498,7 @@ def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target, served):
         path,
         out,
         backend="openai",
-        server_addresses=[served],
+        server_addresses=[tiny_served],
         target=tiny_target,
         max_new_tokens=32,
         concurrency=4,
