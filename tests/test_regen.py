@@ -493,7 +493,7 @@ def test_openai_server_dies_mid_run_then_resume(tmp_path, tiny_target, tiny_serv
     errors = list(read_jsonl(tmp_path / "out.errors.jsonl"))
     assert errors and all("gave up after 2 attempts" in e["error"] for e in errors)
     assert f"= success {len(_ids(out))} + error {len(errors)} + skipped 0 [OK]" in stdout
-    # resumed on the module's server of the same model (a run moved to another server, as after a failover)
+    # resumed on the session's server of the same model (a run moved to another server, as after a failover)
     result = regenerate(
         path,
         out,
