@@ -2,8 +2,12 @@
 servers on loopback (SmolLM2 with the committed trained draft, float32)."""
 
 import json
+import os
+import signal
 import socket
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +16,7 @@ from eagle3lab.benchmark.served import chain_shape
 from eagle3lab.benchmark.tune_engine import predict
 from eagle3lab.engines.base import EngineMissing, SpecCounters
 from eagle3lab.engines.vllm.environment import python_path
+from eagle3lab.engines.vllm.forkserver import Forkserver
 from eagle3lab.engines.vllm.server import VLLM, parse_counters
 from eagle3lab.io import InputError
 from eagle3lab.paths import ROOT
@@ -92,6 +97,51 @@ def test_a_port_in_use_is_refused_instead_of_benchmarking_whatever_holds_it():
             pass
 
 
+# a module for the fork server to run: what its fork sees, then an exit code or a wait to be killed
+ECHO = """
+import json, os, sys, time
+if __name__ == "__main__":
+    print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "mark": os.environ.get("MARK"), "pid": os.getpid()}))
+    sys.stdout.flush()
+    time.sleep(600) if sys.argv[1] == "wait" else sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_the_fork_server_runs_the_launch_line_as_a_fork_in_its_own_session(tmp_path, monkeypatch):
+    (tmp_path / "echo_server.py").write_text(ECHO)
+    forks = Forkserver(sys.executable, "echo_server", dict(os.environ, PYTHONPATH=str(tmp_path)))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    try:
+        with pytest.raises(ValueError, match="the fork server runs .* -m echo_server"):
+            forks.popen([sys.executable, "-m", "http.server"], None)
+        with open(tmp_path / "exits.log", "wb") as log:
+            exits = forks.popen([sys.executable, "-m", "echo_server", "3", "--x"], log, dict(os.environ, MARK="a"))
+        assert exits.wait(30) == 3 and exits.poll() == 3
+        seen = json.loads((tmp_path / "exits.log").read_text())
+        assert seen == {"argv": ["3", "--x"], "cwd": str(work), "mark": "a", "pid": exits.pid}
+        with open(tmp_path / "waits.log", "wb") as log:
+            waits = forks.popen([sys.executable, "-m", "echo_server", "wait"], log, dict(os.environ, MARK="b"))
+        with pytest.raises(subprocess.TimeoutExpired):
+            waits.wait(0.5)
+        assert waits.poll() is None and os.getpgid(waits.pid) == waits.pid  # its own process group, like Popen's
+        assert parent_of(waits.pid) == forks.process.pid  # a fork: no new interpreter, no import
+        os.killpg(waits.pid, signal.SIGKILL)
+        assert waits.wait(30) == -signal.SIGKILL
+        assert json.loads((tmp_path / "waits.log").read_text())["mark"] == "b"
+        with open(tmp_path / "left.log", "wb") as log:
+            left = forks.popen([sys.executable, "-m", "echo_server", "wait"], log)
+    finally:
+        forks.close()
+    assert forks.process.returncode == 0  # its stdin closed: it ends, and no server it forked outlives it
+    assert left.wait(0) == -signal.SIGKILL and not Path(f"/proc/{left.pid}").exists()
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def test_vllm_drafts_chains_only():
     assert chain_shape("1,0,0,0", "vllm") == (0, 0.0) and chain_shape("1,3,1,4", "vllm") == (3, 0.0)
     assert chain_shape("1,3,1,4@0.5", "llamacpp") == (3, 0.5)  # llama.cpp's p-min
@@ -128,6 +178,7 @@ def test_the_trained_draft_speculates_in_vllm_and_greedy_output_equals_vllms_bas
     assert first >= second > 0 and row["accepted"] == round((first + second) * row["drafts"])
     # one_worker_process: the model worker runs in the engine core's process, the API server's only vLLM child
     assert vllm_processes_under(vllm_eagle3.process.pid) == ["VLLM::EngineCore"]
+    assert parent_of(vllm_eagle3.process.pid) == vllm.forkserver.process.pid  # forked, without the API server import
 
 
 def vllm_processes_under(pid: int) -> list[str]:

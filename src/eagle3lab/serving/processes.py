@@ -65,10 +65,18 @@ def port_in_use(url: str) -> bool:
         return s.connect_ex((parts.host, parts.port or 80)) == 0
 
 
+def popen_in_own_session(cmd: list[str], log, env: dict | None = None) -> subprocess.Popen:
+    """Start a server process in its own process group (os.killpg stops it with every worker it starts), its output
+    to the open file `log`."""
+    return subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+    )
+
+
 @dataclass
 class Server:
     url: str
-    process: subprocess.Popen
+    process: subprocess.Popen  # or what start_server's `popen` returns: pid, poll(), wait(), returncode
     log_path: Path
     info: dict | None = None  # /server_info (or the older /get_server_info) when the server has one
     started_s: float = 0.0
@@ -116,9 +124,11 @@ def start_server(
     poll: float = 0.5,
     stop_grace: float = 30.0,
     env: dict | None = None,
+    popen=popen_in_own_session,
 ):
     """Start `cmd` in its own process group with its output streamed to `log_path` (a temp file by default), wait
-    until GET url/health answers 200, yield a `Server`, and kill the process group on exit."""
+    until GET url/health answers 200, yield a `Server`, and kill the process group on exit. `popen` starts the
+    process (the tests fork vLLM servers: engines.vllm.forkserver)."""
     url = url.rstrip("/")
     if port_in_use(url):  # else the health check would find the other server healthy and benchmark it
         raise ServerError(f"{url}: the port is in use; pick another port or stop the server that holds it")
@@ -130,9 +140,7 @@ def start_server(
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
         try:
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
-            )
+            proc = popen(cmd, log, env)
         except OSError as e:
             raise ServerError(f"cannot start `{shlex.join(cmd)}`: {e}") from None
         try:

