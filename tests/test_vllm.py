@@ -103,6 +103,9 @@ def test_a_port_in_use_is_refused_instead_of_benchmarking_whatever_holds_it():
 ECHO = """
 import json, multiprocessing, os, sys, time
 
+if __name__ == "echo_server":
+    print("imported")  # only the fork server imports it so: a line before its `ready`
+
 def facts():
     print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "mark": os.environ.get("MARK"), "pid": os.getpid(),
                       "parent": os.getppid()}), flush=True)
@@ -161,6 +164,13 @@ def test_the_fork_server_runs_the_launch_line_as_a_fork_in_its_own_session(echo_
     echo_forks.close()
     assert echo_forks.process.returncode == 0  # its stdin closed: it ends, and no server it forked outlives it
     assert left.wait(0) == -signal.SIGKILL and not Path(f"/proc/{left.pid}").exists()
+
+
+def test_a_fork_server_that_cannot_import_its_module_says_why(tmp_path):
+    (tmp_path / "broken_server.py").write_text("print('imported half')\nraise RuntimeError('no such engine')\n")
+    forks = Forkserver(sys.executable, "broken_server", dict(os.environ, PYTHONPATH=str(tmp_path)))
+    with open(tmp_path / "x.log", "wb") as log, pytest.raises(OSError, match="did not start(?s:.*)no such engine"):
+        forks.popen([sys.executable, "-m", "broken_server"], log)
 
 
 def test_what_a_forked_server_spawns_is_a_fork_too_and_dies_with_it(echo_forks, tmp_path):

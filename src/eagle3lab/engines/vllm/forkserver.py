@@ -105,10 +105,13 @@ class Forkserver:
                     stderr=log,
                     env=self.environment,
                 )
-            if self.process.stdout.readline().strip() != b"ready":  # once the module is imported; EOF if it fails
-                log = (self.folder / "forkserver.log").read_text(errors="replace")[-3000:]
-                self.close()
-                raise OSError(f"the fork server for {self.module} did not start; its log:\n{log}")
+            for line in self.process.stdout:  # `ready` once the module is imported (after what the import printed)
+                if line.strip() == b"ready":
+                    return
+            log = (self.folder / "forkserver.log").read_text(errors="replace")[-3000:]
+            self.close()
+            self.process = None  # the next popen() tries again, and says why again
+            raise OSError(f"the fork server for {self.module} did not start; its log:\n{log}")
 
     def close(self) -> None:
         if self.process is not None:
@@ -143,6 +146,7 @@ def serve(socket_path: str, module: str) -> None:
     selector.register(sys.stdin.fileno(), selectors.EVENT_READ)
     children: dict[int, socket.socket] = {}
     print("ready", flush=True)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # nobody reads the pipe from here on: it must not fill
     while True:
         for key, _ in selector.select():
             if key.fileobj is listener:
