@@ -243,7 +243,7 @@ def vllm_processes_under(pid: int) -> list[str]:
     listing = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,args="], capture_output=True, text=True, check=True)
     rows = [(int(p), int(pp), args) for p, pp, args in (line.split(None, 2) for line in listing.stdout.splitlines())]
     tree: set[int] = {pid}
-    for _ in range(3):  # the API server, the engine core, a worker under it
+    for _ in range(3):  # under the fork server: its forks (API servers, engine cores), then a worker under one
         tree |= {p for p, pp, _ in rows if pp in tree}
     return sorted(args for p, _, args in rows if p in tree and args.startswith("VLLM::"))
 
