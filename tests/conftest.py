@@ -126,14 +126,15 @@ def vllm():
     """vLLM as the tests run it: eager (no inductor compile at start-up), float32 (greedy output then matches
     vLLM's own baseline token for token) and with the model worker inside the engine core, on one torch thread (one
     vLLM import fewer per start: make test's pytest took 825 s instead of 978 on a 2-core AVX-512 EPYC, one run
-    each). Its servers and their engine cores are forks of one process that imported the API server (started with the
-    first server): the vLLM tests took 437 CPU-seconds instead of 716 (13 starts). A missing environment fails with
-    the command that builds it."""
+    each), with 256 MiB of KV cache (5632 tokens: room for a request of the whole 2048-token context; vLLM
+    zero-fills it at every start). Its servers and their engine cores are forks of one process that imported the API
+    server (started with the first server): the vLLM tests took 437 CPU-seconds instead of 716 (13 starts). A missing
+    environment fails with the command that builds it."""
     from eagle3lab.engines.vllm.environment import python_path
     from eagle3lab.engines.vllm.server import VLLM
 
     python_path()
-    engine = VLLM(compile=False, dtype="float32", startup_timeout=300, one_worker_process=True)
+    engine = VLLM(compile=False, dtype="float32", startup_timeout=300, one_worker_process=True, kv_cache="256M")
     engine.forkserver = engine.make_forkserver()
     yield engine
     engine.forkserver.close()
@@ -145,6 +146,16 @@ def smollm2_dir():
     from eagle3lab.models.target import resolve
 
     return resolve("smollm2-135m-instruct")
+
+
+def counted(engine, url, run):
+    """What `run()` returns, and the engine's own speculation counters over it (the server's, not the doctor's)."""
+    from eagle3lab.serving.client import ServerClient
+
+    with ServerClient(url, timeout=300) as client:
+        before = engine.counters(client)
+        result = run()
+        return result, engine.counters(client) - before
 
 
 def wanted_by(request, names) -> list[str]:

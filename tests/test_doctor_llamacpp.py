@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import TRAINED_DRAFT
+from conftest import TRAINED_DRAFT, counted
 from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR, OK, WARNING
 from eagle3lab.doctor.launch import fix_flags
@@ -110,14 +110,6 @@ def serving(llamacpp, cmd: list[str], log_dir: Path):
     cmd = edited(cmd, {"--port": str(free_port())})
     with llamacpp.serve(cmd, log_path=log_dir / "server.log") as server:
         yield server.url, shlex.join(cmd)
-
-
-def counted(llamacpp, url, run):
-    """What `run()` returns, and the server's speculation counters over it."""
-    with ServerClient(url, timeout=300) as client:
-        before = llamacpp.counters(client)
-        result = run()
-        return result, llamacpp.counters(client) - before
 
 
 # ---- launch lines and GGUFs (no server) -----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from conftest import TRAINED_DRAFT, speculative_row
 from eagle3lab.benchmark.served import chain_shape
 from eagle3lab.benchmark.tune_engine import predict
 from eagle3lab.engines.base import EngineMissing, SpecCounters
+from eagle3lab.engines.vllm import server
 from eagle3lab.engines.vllm.environment import python_path
 from eagle3lab.engines.vllm.forkserver import Forkserver
 from eagle3lab.engines.vllm.server import VLLM, parse_counters
@@ -61,10 +62,15 @@ def test_a_delta_is_what_happened_between_two_readings():
     assert delta.accept_length == 2.0 and SpecCounters(0, 0, 0).accept_length is None
 
 
-def test_launch_line_names_eagle3_and_the_absolute_draft(vllm, smollm2_dir):
+def test_launch_line_names_eagle3_and_the_absolute_draft(vllm, smollm2_dir, monkeypatch):
     cmd = vllm.launch_command(smollm2_dir, port=8123, draft=ROOT / TRAINED_DRAFT, k=3)
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"] and "--enforce-eager" in cmd
     assert cmd[cmd.index("--dtype") + 1] == "float32" and cmd[cmd.index("--port") + 1] == "8123"
+    assert cmd[cmd.index("--kv-cache-memory-bytes") + 1] == vllm.kv_cache == "256M"
+    monkeypatch.setattr(server, "python_path", lambda device: Path("/cuda/bin/python"))
+    assert "--kv-cache-memory-bytes" not in VLLM(device="cuda").launch_command(
+        smollm2_dir, port=8123
+    )  # GPU: free memory
     spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
     assert spec == {"method": "eagle3", "model": str((ROOT / TRAINED_DRAFT).resolve()), "num_speculative_tokens": 3}
     compiled = VLLM().launch_command(smollm2_dir, port=8123)

