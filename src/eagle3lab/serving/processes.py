@@ -19,7 +19,6 @@ from pathlib import Path
 
 import httpx
 
-from eagle3lab.devices import resolve_device
 from eagle3lab.serving.client import ServerClient, ServerError
 
 
@@ -167,6 +166,8 @@ def transformers_serve_command(
     model_dir: str | os.PathLike, port: int, dtype: str = "auto", device: str = "auto"
 ) -> list[str]:
     """`transformers serve` on 127.0.0.1; `device` as eagle3lab.devices reads it (auto: CUDA when present)."""
+    from eagle3lab.devices import resolve_device  # torch: only this start needs it (engine set-up checks do not)
+
     exe = Path(sys.executable).with_name("transformers")
     return [
         str(exe) if exe.exists() else "transformers",
