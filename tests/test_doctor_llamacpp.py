@@ -96,12 +96,18 @@ def draft_copy(folder: Path, **config) -> Path:
 
 
 @pytest.fixture(scope="module")
-def top_level_ids(smollm2_dir, tmp_path_factory):
+def top_level_ids_draft(tmp_path_factory):
     """The committed draft (trained on the default layers) with top-level eagle_aux_hidden_state_layer_ids [0, 1, 2]:
-    the converter writes them as eagle3.target_layers, the trainer never read them. (folder, its GGUF)"""
-    root = tmp_path_factory.mktemp("top-level-ids")
-    folder = draft_copy(root / "draft", eagle_aux_hidden_state_layer_ids=[0, 1, 2])
-    return folder, convert(folder, Path(smollm2_dir), root / "draft.gguf")
+    the converter writes them as eagle3.target_layers, the trainer never read them."""
+    return draft_copy(tmp_path_factory.mktemp("top-level-ids") / "draft", eagle_aux_hidden_state_layer_ids=[0, 1, 2])
+
+
+@pytest.fixture(scope="module")
+def top_level_ids(top_level_ids_draft, smollm2_dir):
+    """(that draft, its GGUF from llama.cpp's converter): only the served test converts it, on the llama.cpp worker"""
+    return top_level_ids_draft, convert(
+        top_level_ids_draft, Path(smollm2_dir), top_level_ids_draft.parent / "draft.gguf"
+    )
 
 
 @contextlib.contextmanager
@@ -169,8 +175,8 @@ def test_a_draft_gguf_for_another_target_is_refused_before_launch(good_line, lla
     assert [f.title for f in checks(alone, "gguf", ERROR)] == [err.title]
 
 
-def test_export_refuses_layers_the_draft_was_not_trained_on(top_level_ids, tmp_path):
-    folder, gguf = top_level_ids
+def test_export_refuses_layers_the_draft_was_not_trained_on(top_level_ids_draft, tmp_path):
+    folder = top_level_ids_draft
     with pytest.raises(InputError, match=r"target_layers \[0, 1, 2\], but the draft was trained on .* \[2, 15, 27\]"):
         export_gguf(folder, TARGET, tmp_path / "refused.gguf")
     assert not list(tmp_path.iterdir())  # nothing half-written left behind
