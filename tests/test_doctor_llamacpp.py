@@ -105,9 +105,8 @@ def top_level_ids_draft(tmp_path_factory):
 @pytest.fixture(scope="module")
 def top_level_ids(top_level_ids_draft, smollm2_dir):
     """(that draft, its GGUF from llama.cpp's converter): only the served test converts it, on the llama.cpp worker"""
-    return top_level_ids_draft, convert(
-        top_level_ids_draft, Path(smollm2_dir), top_level_ids_draft.parent / "draft.gguf"
-    )
+    draft = top_level_ids_draft
+    return draft, convert(draft, Path(smollm2_dir), draft.parent / "draft.gguf")
 
 
 @contextlib.contextmanager
