@@ -128,9 +128,10 @@ def vllm():
     vLLM import fewer per start: make test's pytest took 825 s instead of 978 on a 2-core AVX-512 EPYC, one run
     each), with 256 MiB of KV cache (5632 tokens: room for a request of the whole 2048-token context; vLLM
     zero-fills it at every start). Its servers and their engine cores are forks of one process that imported the API
-    server (started with the first server): the vLLM tests took 437 CPU-seconds instead of 716 (13 starts), and 268
-    with the smaller cache and the silent cases' counters read over the doctor's probes. A missing environment fails
-    with the command that builds it."""
+    server (started with the first server): the vLLM tests took 437 CPU-seconds instead of 716 (13 starts), 268
+    with the smaller cache and the silent cases' counters read over the doctor's probes, and 197 with the engine core
+    and worker modules preloaded there and its heap frozen. A missing environment fails with the command that builds
+    it."""
     from eagle3lab.engines.vllm.environment import python_path
     from eagle3lab.engines.vllm.server import VLLM
 

@@ -104,16 +104,19 @@ def test_a_port_in_use_is_refused_instead_of_benchmarking_whatever_holds_it():
 
 
 # A module for the fork server to run: it prints what its process sees, then exits with a code, waits to be killed,
-# or spawns (multiprocessing's spawn, as vLLM starts its engine core) a child that does the same.
+# or spawns (multiprocessing's spawn, as vLLM starts its engine core) a child that does the same. It imports
+# echo_late only once it runs, as vLLM's server imports its engine core: the fork server preloads it.
 ECHO = """
-import json, multiprocessing, os, sys, time
+import gc, json, multiprocessing, os, sys, time
 
 if __name__ == "echo_server":
     print("imported")  # only the fork server imports it so: a line before its `ready`
 
 def facts():
+    import echo_late
     print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "mark": os.environ.get("MARK"), "pid": os.getpid(),
-                      "parent": os.getppid()}), flush=True)
+                      "parent": os.getppid(), "late": echo_late.IMPORTED_IN, "frozen": gc.get_freeze_count() > 0}),
+          flush=True)
 
 def run(what):
     facts()
@@ -134,7 +137,8 @@ if __name__ == "__main__":
 def echo_forks(tmp_path, monkeypatch):
     """A fork server of ECHO (under our python), and the folder its servers run in."""
     (tmp_path / "echo_server.py").write_text(ECHO)
-    forks = Forkserver(sys.executable, "echo_server", dict(os.environ, PYTHONPATH=str(tmp_path)))
+    (tmp_path / "echo_late.py").write_text("import os\nIMPORTED_IN = os.getpid()\n")
+    forks = Forkserver(sys.executable, "echo_server", dict(os.environ, PYTHONPATH=str(tmp_path)), ("echo_late",))
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     yield forks
@@ -158,7 +162,9 @@ def test_the_fork_server_runs_the_launch_line_as_a_fork_in_its_own_session(echo_
     assert exits.wait(30) == 3 and exits.poll() == 3
     [seen] = printed(tmp_path / "exits.log")
     assert seen == {"argv": ["3", "--x"], "cwd": str(tmp_path / "work"), "mark": "a", "pid": exits.pid} | {
-        "parent": echo_forks.process.pid  # a fork: no new interpreter, no import
+        "parent": echo_forks.process.pid,  # a fork: no new interpreter, no import
+        "late": echo_forks.process.pid,  # preloaded by the fork server, not imported again
+        "frozen": True,  # the fork server's heap, which the fork's collections skip
     }
     waits = echo(echo_forks, tmp_path / "waits.log", "wait")
     with pytest.raises(subprocess.TimeoutExpired):

@@ -17,6 +17,18 @@ from eagle3lab.serving.client import Completion, ServerClient
 from eagle3lab.serving.processes import popen_in_own_session, start_server
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
+# What a CPU server and its engine core import after reading their arguments (the worker, engine core, executor,
+# sampler, kernels): the fork server imports them once (measured with py-spy: most of a forked start's imports)
+FORK_PRELOAD = (
+    "vllm.v1.worker.cpu_worker",
+    "vllm.v1.engine.core",
+    "vllm.v1.engine.async_llm",
+    "vllm.v1.executor",
+    "vllm.v1.sample.rejection_sampler",
+    "vllm._aiter_ops",
+    "vllm.kernels",
+    "vllm.model_executor.layers.quantization.online.base",
+)
 LEGACY_KV_CACHE = "VLLM_CPU_KVCACHE_SPACE"  # set, it would override the launch line's --kv-cache-memory-bytes
 
 
@@ -90,7 +102,7 @@ class VLLM:
 
     def make_forkserver(self) -> Forkserver:
         """A fork server of this engine's API server, in this engine's environment (it starts on first use)."""
-        return Forkserver(python_path(self.device), API_SERVER, self.environment())
+        return Forkserver(python_path(self.device), API_SERVER, self.environment(), FORK_PRELOAD)
 
     def environment(self) -> dict:
         # offline: every model is a local folder, and a hub lookup on a closed network only waits
