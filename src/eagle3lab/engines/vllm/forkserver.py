@@ -133,11 +133,16 @@ class Forkserver:
 # ---- the fork server and its spawner (run under the engine's python) -------------------------------------------------
 
 
-def serve(socket_path: str, module: str, preload: list[str]) -> None:
-    for name in (module, *preload):  # what every fork shares
+def _import_shared(modules: list[str]) -> None:
+    """What every fork shares: the modules, imported once, and the heap they made, frozen so that a fork's garbage
+    collections skip it (vLLM's engine core collects at start)."""
+    for name in modules:
         __import__(name)
-    # the imported heap never changes: frozen, a fork's collections skip it (vLLM's engine core collects at start)
     gc.freeze()
+
+
+def serve(socket_path: str, module: str, preload: list[str]) -> None:
+    _import_shared([module, *preload])
     spawner = Path(socket_path).with_name("spawner")
     spawner.write_text(f"#!/bin/sh\nexec '{sys.executable}' -S -P '{__file__}' spawn '{socket_path}' \"$@\"\n")
     spawner.chmod(0o755)
