@@ -279,6 +279,17 @@ def llamacpp():
 
 
 @pytest.fixture(scope="session")
+def converter(llamacpp):
+    """llama.cpp's converter as forks of one process that imported it (a conversion took 5.4 CPU-s fresh); through
+    `llamacpp`, its tests join the llama.cpp group, where the fork server starts once."""
+    from eagle3lab.engines.llamacpp.gguf import converter_forkserver
+
+    forks = converter_forkserver()
+    yield forks
+    forks.close()
+
+
+@pytest.fixture(scope="session")
 def llamacpp_target(llamacpp):
     return llamacpp.model("smollm2-135m-instruct")
 

@@ -20,8 +20,6 @@ import contextlib
 import json
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -33,8 +31,7 @@ from eagle3lab.doctor.findings import ERROR, OK, WARNING
 from eagle3lab.doctor.launch import fix_flags
 from eagle3lab.doctor.probe import PROBE_PROMPTS
 from eagle3lab.doctor.reading import parse_launch
-from eagle3lab.engines.llamacpp.build import source_dir
-from eagle3lab.engines.llamacpp.gguf import export_gguf
+from eagle3lab.engines.llamacpp.gguf import export_gguf, run_converter
 from eagle3lab.io import InputError
 from eagle3lab.paths import ROOT
 from eagle3lab.serving.client import ServerClient
@@ -78,11 +75,9 @@ def good_line(llamacpp, llamacpp_target):
     return llamacpp.launch_command(llamacpp_target, port=free_port(), draft=ROOT / TRAINED_DRAFT, k=K)
 
 
-def convert(folder: Path, target_dir: Path, out: Path) -> Path:
+def convert(converter, folder: Path, target_dir: Path, out: Path) -> Path:
     """llama.cpp's own converter, run directly: a GGUF the export's checks would refuse."""
-    command = [sys.executable, str(source_dir() / "convert_hf_to_gguf.py"), str(folder)]
-    command += ["--target-model-dir", str(target_dir), "--outtype", "bf16", "--outfile", str(out)]
-    subprocess.run(command, check=True, capture_output=True)
+    run_converter([folder, "--target-model-dir", target_dir, "--outtype", "bf16", "--outfile", out], "draft", converter)
     return out
 
 
@@ -103,10 +98,10 @@ def top_level_ids_draft(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def top_level_ids(top_level_ids_draft, smollm2_dir):
-    """(that draft, its GGUF from llama.cpp's converter): only the served test converts it, on the llama.cpp worker"""
+def top_level_ids(top_level_ids_draft, converter, smollm2_dir):
+    """(that draft, its GGUF from llama.cpp's converter)"""
     draft = top_level_ids_draft
-    return draft, convert(draft, Path(smollm2_dir), draft.parent / "draft.gguf")
+    return draft, convert(converter, draft, Path(smollm2_dir), draft.parent / "draft.gguf")
 
 
 @contextlib.contextmanager
@@ -158,14 +153,16 @@ def test_the_engine_line_and_its_draft_folder_are_clean(good_line):
     assert not checks(report, "target")  # the target GGUF is the target: no config.json needed
 
 
-def test_a_draft_gguf_for_another_target_is_refused_before_launch(good_line, llamacpp_target, smollm2_dir, tmp_path):
+def test_a_draft_gguf_for_another_target_is_refused_before_launch(
+    good_line, llamacpp_target, converter, smollm2_dir, tmp_path
+):
     """Converted against a 24-layer config (same tokenizer, same width): llama.cpp serves it, reading layers 2, 12 and
     21 of the 30-layer target (1.18 measured, against 1.47)."""
     other = tmp_path / "target-24"
     shutil.copytree(smollm2_dir, other, ignore=shutil.ignore_patterns("*.safetensors"))
     config = json.loads((other / "config.json").read_text()) | {"num_hidden_layers": 24}
     (other / "config.json").write_text(json.dumps(config))
-    gguf = convert(ROOT / TRAINED_DRAFT, other, tmp_path / "for-24-layers.gguf")
+    gguf = convert(converter, ROOT / TRAINED_DRAFT, other, tmp_path / "for-24-layers.gguf")
     report = diagnose(launch=shlex.join(edited(good_line, {"-md": str(gguf)})))
     [err] = checks(report, "gguf", ERROR)
     assert "[2, 12, 21] are the converter's defaults for a 24-layer target" in err.title
@@ -174,10 +171,10 @@ def test_a_draft_gguf_for_another_target_is_refused_before_launch(good_line, lla
     assert [f.title for f in checks(alone, "gguf", ERROR)] == [err.title]
 
 
-def test_export_refuses_layers_the_draft_was_not_trained_on(top_level_ids_draft, tmp_path):
+def test_export_refuses_layers_the_draft_was_not_trained_on(top_level_ids_draft, converter, tmp_path):
     folder = top_level_ids_draft
     with pytest.raises(InputError, match=r"target_layers \[0, 1, 2\], but the draft was trained on .* \[2, 15, 27\]"):
-        export_gguf(folder, TARGET, tmp_path / "refused.gguf")
+        export_gguf(folder, TARGET, tmp_path / "refused.gguf", converter)
     assert not list(tmp_path.iterdir())  # nothing half-written left behind
 
 
@@ -244,7 +241,7 @@ def test_layers_the_draft_was_not_trained_on_accept_nothing(llamacpp, good_line,
     [("norm_before_residual", True, 1.1), ("rms_norm_eps", 1.0, 1.2), ("num_attention_heads", 18, 1.42)],
 )
 def test_draft_config_fields_the_converter_carries_silently(
-    llamacpp, good_line, smollm2_dir, tmp_path, field, value, most
+    llamacpp, converter, good_line, smollm2_dir, tmp_path, field, value, most
 ):
     """The converter writes these into the draft GGUF and llama.cpp runs them (eagle3.norm_before_residual, the
     norms' epsilon, the head split): the draft starts, drafts every round and is accepted far less. The doctor warns
@@ -252,7 +249,7 @@ def test_draft_config_fields_the_converter_carries_silently(
     it."""
     split = {"num_key_value_heads": 6, "head_dim": 32} if field == "num_attention_heads" else {}  # same products
     folder = draft_copy(tmp_path / "draft", **{field: value}, **split)
-    cmd = edited(good_line, {"-md": str(convert(folder, Path(smollm2_dir), tmp_path / "draft.gguf"))})
+    cmd = edited(good_line, {"-md": str(convert(converter, folder, Path(smollm2_dir), tmp_path / "draft.gguf"))})
     static = checks(diagnose(launch=shlex.join(cmd), draft=folder), "draft_fields", WARNING)
     [warn] = [f for f in static if f.title.startswith(f"{field} {value!r}")]
     assert warn.title.startswith(f"{field} {value!r}") and any(e.startswith("llama.cpp: ") for e in warn.evidence)

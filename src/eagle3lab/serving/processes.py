@@ -127,7 +127,7 @@ def start_server(
 ):
     """Start `cmd` in its own process group with its output streamed to `log_path` (a temp file by default), wait
     until GET url/health answers 200, yield a `Server`, and kill the process group on exit. `popen` starts the
-    process (the tests fork vLLM servers: engines.vllm.forkserver)."""
+    process (the tests fork vLLM servers: serving.forkserver)."""
     url = url.rstrip("/")
     if port_in_use(url):  # else the health check would find the other server healthy and benchmark it
         raise ServerError(f"{url}: the port is in use; pick another port or stop the server that holds it")

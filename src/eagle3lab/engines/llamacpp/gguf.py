@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from eagle3lab.engines.base import check_draft_folder
@@ -21,6 +22,7 @@ from eagle3lab.engines.llamacpp.build import VERSION, source_dir
 from eagle3lab.engines.llamacpp.gguf_file import read_header
 from eagle3lab.io import InputError, atomic_path
 from eagle3lab.paths import cache_dir
+from eagle3lab.serving.forkserver import Forkserver
 
 SPEC_TYPE = "draft-eagle3"  # llama.cpp's speculative type for EAGLE-3 drafts; others bypass them silently
 DRAFT_ARCH = "eagle3"  # general.architecture of an EAGLE-3 draft GGUF (llama.cpp's src/models/eagle3.cpp)
@@ -150,13 +152,34 @@ def default_output(draft: str | os.PathLike) -> Path:
     return folder.with_name(folder.name + ".gguf")
 
 
-def _convert(args: list, what: str) -> None:
-    """Run the pinned tree's convert_hf_to_gguf.py with `args`; a failure names `what` and its last lines."""
-    command = [sys.executable, str(source_dir() / "convert_hf_to_gguf.py"), *(str(a) for a in args)]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-10:])
-        raise InputError(f"{what}: convert_hf_to_gguf.py failed (exit {done.returncode}):\n{tail}")
+CONVERTER = "convert_hf_to_gguf"  # the pinned tree's script, run as a module by converter_forkserver's forks
+# what a conversion imports only after the converter's own imports: transformers' config validators (0.8 s of 1.2)
+CONVERTER_PRELOAD = ("transformers.utils.type_validators",)
+
+
+def converter_forkserver() -> Forkserver:
+    """The pinned converter under this python as forks of one process that imported it (started on first use): a
+    conversion then skips about 3 s of importing torch, gguf and llama.cpp's conversion package (the tests convert
+    seven drafts)."""
+    path = os.pathsep.join(filter(None, [str(source_dir()), os.environ.get("PYTHONPATH")]))
+    return Forkserver(sys.executable, CONVERTER, dict(os.environ, PYTHONPATH=path), CONVERTER_PRELOAD)
+
+
+def run_converter(args: list, what: str, forks: Forkserver | None = None) -> None:
+    """Run the pinned tree's convert_hf_to_gguf.py with `args`, as a fork of `forks` (converter_forkserver) when
+    given; a failure names `what` and its last lines."""
+    argv = [str(a) for a in args]
+    if forks is None:
+        done = subprocess.run([sys.executable, str(source_dir() / f"{CONVERTER}.py"), *argv], capture_output=True)
+        code, output = done.returncode, done.stdout + done.stderr
+    else:
+        with tempfile.TemporaryFile() as log:
+            code = forks.popen([sys.executable, "-m", CONVERTER, *argv], log).wait()
+            log.seek(0)
+            output = log.read()
+    if code:
+        tail = "\n".join(output.decode(errors="replace").splitlines()[-10:])
+        raise InputError(f"{what}: {CONVERTER}.py failed (exit {code}):\n{tail}")
 
 
 def folder_digest(folder: str | os.PathLike, salt: str) -> str:
@@ -208,13 +231,16 @@ def target_gguf(target_spec: str, weights: str = "bf16") -> Path:
     out = cache_dir() / "gguf" / f"{folder.name}-{weights}-{folder_digest(folder, VERSION)}.gguf"
     if not out.exists():
         with atomic_path(out) as tmp:
-            _convert([folder, "--outtype", weights, "--outfile", tmp], f"target {folder}")
+            run_converter([folder, "--outtype", weights, "--outfile", tmp], f"target {folder}")
     return out
 
 
-def export_gguf(draft: str | os.PathLike, target_spec: str, out: str | os.PathLike | None = None) -> Path:
+def export_gguf(
+    draft: str | os.PathLike, target_spec: str, out: str | os.PathLike | None = None, forks: Forkserver | None = None
+) -> Path:
     """Convert an SGLang-format draft folder to a bf16 GGUF for `target_spec` and check it against the target's
-    GGUF; written to a temporary name and renamed, so a killed export leaves no half-written file."""
+    GGUF; written to a temporary name and renamed, so a killed export leaves no half-written file. `forks`: the
+    converter's fork server (run_converter)."""
     from eagle3lab.models.target import embedded_gguf, resolve
 
     check_draft_folder(draft, "the GGUF export (llama.cpp)")
@@ -222,7 +248,7 @@ def export_gguf(draft: str | os.PathLike, target_spec: str, out: str | os.PathLi
     partial = out.with_name(out.name + ".partial")
     args = [draft, "--target-model-dir", resolve(target_spec), "--outtype", "bf16", "--outfile", partial]
     try:
-        _convert(args, f"draft {draft}")
+        run_converter(args, f"draft {draft}", forks)
     except InputError:
         partial.unlink(missing_ok=True)
         raise

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from eagle3lab.engines.base import SpecCounters, check_draft_folder, parse_spec_counters
 from eagle3lab.engines.vllm.environment import python_path
-from eagle3lab.engines.vllm.forkserver import Forkserver
 from eagle3lab.io import InputError
 from eagle3lab.models.target import resolve
 from eagle3lab.serving.client import Completion, ServerClient
+from eagle3lab.serving.forkserver import Forkserver
 from eagle3lab.serving.processes import popen_in_own_session, start_server
 
 API_SERVER = "vllm.entrypoints.openai.api_server"

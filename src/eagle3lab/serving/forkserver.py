@@ -1,12 +1,13 @@
-"""Start vLLM servers as forks of a process that has already imported vLLM's API server. A fresh
-`python -m vllm.entrypoints.openai.api_server` spends about 11 s of CPU importing before it reads its arguments, and
-its engine core (spawned: vLLM's CPU platform forces it) spends 10 more importing again; forks start past both. make
-test starts 13 vLLM servers this way; serving does not. The fork server also imports what a server imports only
-after reading its arguments (`preload`), and freezes its heap, so that no fork imports it again or walks it in its
-garbage collections: a forked start then took 4.1-5.0 CPU-s instead of 7.4-10.2 (three each).
+"""Run a Python program (`python -m MODULE ...`) as forks of one process that has already imported it: the tests'
+vLLM servers and llama.cpp's converter runs; serving does not. A fresh `python -m vllm.entrypoints.openai.api_server`
+spends about 11 s of CPU importing before it reads its arguments, and its engine core (spawned: vLLM's CPU platform
+forces it) spends 10 more importing again; forks start past both. A fresh convert_hf_to_gguf.py spends about 3 s
+importing torch, gguf and its conversion package, of a 5 s run. The fork server also imports what a program imports
+only after reading its arguments (`preload`), and freezes its heap, so that no fork imports it again or walks it in
+its garbage collections: a forked vLLM start then took 4.1-5.0 CPU-s instead of 7.4-10.2 (three each).
 
-- The server: a fork that takes the launch line's module, arguments, environment and directory, in its own session
-  like a server started with `start_new_session` (os.killpg stops it).
+- The program (a server, say): a fork that takes the command line's module, arguments, environment and directory, in
+  its own session like a process started with `start_new_session` (os.killpg stops it).
 - What it spawns (the engine core): its multiprocessing spawns through the `spawner`, which has the fork server
   fork the spawned program with the spawner's descriptors, environment and directory. The spawner stays the child
   its server knows: it passes signals on and exits with the fork's exit code, and the fork dies when it does, so
@@ -14,8 +15,9 @@ garbage collections: a forked start then took 4.1-5.0 CPU-s instead of 7.4-10.2 
   asked.
 
 This file runs on both sides and imports the standard library only. `Forkserver` (eagle3lab's side) starts it under
-vLLM's python, which has no eagle3lab. Variables read while importing (OMP_NUM_THREADS, HF_HUB_OFFLINE) take their
-value from the environment the fork server starts with; each fork's own environment is set before its program runs.
+the program's python (vLLM's has no eagle3lab). Variables read while importing (OMP_NUM_THREADS, HF_HUB_OFFLINE) take
+their value from the environment the fork server starts with; each fork's own environment is set before its program
+runs.
 
     python -P forkserver.py serve SOCKET MODULE [PRELOAD...]   # import them, print `ready`, fork per request
     forkserver.py spawn SOCKET ARGS...            # the spawner (through a script the fork server writes)
@@ -71,9 +73,9 @@ class ForkedProcess:
 
 
 class Forkserver:
-    """Forks servers of `module` from one `python` that imported it once, and `preload`: modules a server imports
-    only after it has read its arguments, which every fork would otherwise import again. Started on the first popen(),
-    with `environment`; close() ends it, and it kills the servers still running."""
+    """Forks runs of `module` (servers, converters) from one `python` that imported it once, and `preload`: modules
+    a run imports only after it has read its arguments, which every fork would otherwise import again. Started on the
+    first popen(), with `environment`; close() ends it, and it kills the runs still going."""
 
     def __init__(self, python: str | os.PathLike, module: str, environment: dict, preload: tuple[str, ...] = ()):
         self.python, self.module, self.environment = str(python), module, dict(environment)
@@ -130,7 +132,7 @@ class Forkserver:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# ---- the fork server and its spawner (run under the engine's python) -------------------------------------------------
+# ---- the fork server and its spawner (run under the program's python) ------------------------------------------------
 
 
 def _import_shared(modules: list[str]) -> None:
