@@ -34,7 +34,8 @@ def pytest_collection_modifyitems(items):
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
     # the longest single test first, so one worker runs it from the start while the other takes the engine groups
-    # (in file order it started 21 minutes into a 41-minute run on a 2-core AVX2 EPYC, and ran 26 of them); a test
+    # (in file order it started 21 minutes into a 41-minute run on a 2-core AVX2 EPYC, and ran 26 of them; make test's
+    # --no-loadscope-reorder keeps xdist from putting the biggest groups before it); a test
     # that kills a session server last, after every test that uses that server
     items.sort(key=lambda item: (item.originalname != LONGEST_TEST, bool(item.get_closest_marker(KILLS))))
 
