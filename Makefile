@@ -53,11 +53,10 @@ lint: setup
 	$(BIN)/ruff check --quiet .
 
 # Two workers: much of a test's time is single-threaded (server starts, HTTP waits), so a second worker fills the other
-# core; each engine's server tests stay together on one worker (tests/conftest.py groups them and puts the smoke
-# pipeline first). --no-loadscope-reorder keeps that order: xdist's default hands out the biggest groups first, which
-# started the smoke 3 minutes into an 8-minute run while the other worker idled for the last 73 seconds.
+# core; each engine's server tests stay together on one worker, and the smoke pipeline starts first on the other
+# (tests/conftest.py).
 test: setup data model vllm llamacpp specforge lint
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # Stage commands call `python`: put the project's environment first on PATH.
 repro: setup data model vllm llamacpp

@@ -16,6 +16,13 @@ LONGEST_TEST = "test_every_stage_runs_on_tiny_params"  # the smoke pipeline
 KILLS = "kills_session_server"
 
 
+def pytest_configure(config):
+    """xdist hands out the biggest groups first unless told not to (--no-loadscope-reorder): that started the smoke
+    pipeline 3 minutes into an 8-minute run while the other worker idled for the last 73 s. Off, the workers take the
+    order pytest_collection_modifyitems sets, however pytest is started."""
+    config.option.loadscopereorder = False
+
+
 def pytest_collection_finish(session):
     """What collection imported (torch, transformers, the project) lives as long as the process: frozen, the garbage
     collector stops walking it, and full collections come a tenth as often. The in-process tests of four files spent
@@ -34,8 +41,7 @@ def pytest_collection_modifyitems(items):
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
     # the longest single test first, so one worker runs it from the start while the other takes the engine groups
-    # (in file order it started 21 minutes into a 41-minute run on a 2-core AVX2 EPYC, and ran 26 of them; make test's
-    # --no-loadscope-reorder keeps xdist from putting the biggest groups before it); a test
+    # (in file order it started 21 minutes into a 41-minute run on a 2-core AVX2 EPYC, and ran 26 of them); a test
     # that kills a session server last, after every test that uses that server
     items.sort(key=lambda item: (item.originalname != LONGEST_TEST, bool(item.get_closest_marker(KILLS))))
 
