@@ -8,10 +8,14 @@ import torch
 from tiny import save_tiny_chat_model
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    torch.set_num_threads(1)  # one core for each of make test's two workers: more threads oversubscribe both
-    os.environ["EAGLE3LAB_LLAMACPP_THREADS"] = "1"  # every llama-server a test starts, the smoke pipeline's too
+    # One core for each of make test's two workers: more threads oversubscribe both, and beside the other worker two
+    # threads wait on each other at every OpenMP barrier (the smoke pipeline took 534 s so, 160 s alone). The
+    # variables reach every process a test starts: stage kernels, CLI runs, servers, llama-server.
+    torch.set_num_threads(1)
+    os.environ.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", EAGLE3LAB_LLAMACPP_THREADS="1")
 
-ENGINE_GROUPS = ("vllm", "llamacpp")  # the engine fixtures whose tests share session servers
+# the fixtures whose tests share session servers: the engines', and `transformers serve` (about 9 CPU-s a start)
+SERVER_GROUPS = ("vllm", "llamacpp", "tiny_served")
 LONGEST_TEST = "test_every_stage_runs_on_tiny_params"  # the smoke pipeline
 KILLS = "kills_session_server"
 
@@ -33,11 +37,11 @@ def pytest_collection_finish(session):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers
 def pytest_collection_modifyitems(items):
-    """`make test` runs two pytest-xdist workers (--dist loadgroup). Every test that needs an engine's servers joins
-    that engine's group, so one worker runs them in file order and the session's servers start once; the rest, the
+    """`make test` runs two pytest-xdist workers (--dist loadgroup). Every test that needs a session server joins
+    that server's group, so one worker runs them in file order and the session's servers start once; the rest, the
     smoke pipeline among them, runs on the other worker meanwhile."""
     for item in items:
-        group = next((name for name in ENGINE_GROUPS if name in item.fixturenames), None)
+        group = next((name for name in SERVER_GROUPS if name in item.fixturenames), None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
     # the longest single test first, so one worker runs it from the start while the other takes the engine groups

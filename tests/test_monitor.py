@@ -47,7 +47,6 @@ def test_missing_output_is_a_clear_error(tmp_path, capsys):
 def test_live_run_in_another_process_then_killed(tmp_path, tiny_target, capsys):
     inp = write_input(tmp_path / "in.jsonl", 2000)  # far more than the run can finish while the test watches
     out = tmp_path / "out.jsonl"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -68,7 +67,6 @@ def test_live_run_in_another_process_then_killed(tmp_path, tiny_target, capsys):
             "24",
             "--no-progress",
         ],
-        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

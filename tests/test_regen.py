@@ -24,8 +24,6 @@ from eagle3lab.regen.run import regenerate, sampled_settings
 from eagle3lab.regen.settings import RegenSettings
 from eagle3lab.serving.processes import free_port
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-
 
 def write_rows(path: Path, rows) -> Path:
     with open(path, "w") as f:
@@ -173,7 +171,6 @@ def test_second_turn_is_conditioned_on_regenerated_first(tmp_path, tiny_target, 
 def _run_cli(args, **kw):
     return subprocess.Popen(
         [sys.executable, "-m", "eagle3lab.cli", "regen", *args],
-        env=ENV,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -15,7 +15,7 @@ from eagle3lab.io import InputError
 from test_regen import _run_cli, _wait_for_lines, write_rows
 from test_regen_vllm import _lines
 
-N = 10
+N = 6
 
 
 def _rows() -> list[dict]:

@@ -12,7 +12,7 @@ import pytest
 from eagle3lab.regen.cli import main as regen_main
 from test_regen import _run_cli, _wait_for_lines, write_rows
 
-N = 20
+N = 10
 
 
 def _rows() -> list[dict]:

@@ -21,10 +21,7 @@ def test_dvc_stages_match_the_notebooks():
 
 
 @pytest.mark.slow
-def test_every_stage_runs_on_tiny_params(tmp_path, monkeypatch):
-    # One torch thread in every stage's kernel: beside make test's other worker, two threads wait on each other at
-    # every OpenMP barrier (this test took 534 s so, 160 s alone).
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def test_every_stage_runs_on_tiny_params(tmp_path):
     smoke.run(smoke.pipeline_stages(), smoke.prepare_root(tmp_path))
     metrics = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics").glob("*.json")}
     assert set(metrics) == {"survey", "regen", "train", "benchmark", "tune", "scaling", "diagnosis"}
