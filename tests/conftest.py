@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(items):
         group = next((name for name in SERVER_GROUPS if name in item.fixturenames), None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-    # the longest single test first, so one worker runs it from the start while the other takes the engine groups
+    # the longest single test first, so one worker runs it from the start while the other takes the server groups
     # (in file order it started 21 minutes into a 41-minute run on a 2-core AVX2 EPYC, and ran 26 of them); a test
     # that kills a session server last, after every test that uses that server
     items.sort(key=lambda item: (item.originalname != LONGEST_TEST, bool(item.get_closest_marker(KILLS))))
