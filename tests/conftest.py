@@ -3,11 +3,12 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
 
-from tiny import save_tiny_chat_model
-
+# torch, transformers and the project are imported where a worker needs them: the process that hands tests to the
+# workers loads this file before it starts them, and importing them here held both workers back 5.9 s
 if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
     # One core for each of make test's two workers: more threads oversubscribe both, and beside the other worker two
     # threads wait on each other at every OpenMP barrier (the smoke pipeline took 534 s so, 160 s alone). The
     # variables reach every process a test starts: stage kernels, CLI runs, servers, llama-server.
@@ -53,6 +54,8 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def smollm2():
     """The real embedded target (SmolLM2-135M-Instruct), float32, loaded once per session."""
+    import torch
+
     from eagle3lab.models.target import load_target
 
     return load_target("smollm2-135m-instruct", dtype=torch.float32)
@@ -73,6 +76,7 @@ TINY_LLAMA = dict(
 @pytest.fixture(scope="session")
 def tiny_llama():
     """A tiny random Llama (6 layers) for logic tests."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -83,6 +87,8 @@ def tiny_llama():
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny models: one torch thread avoids OpenMP barrier stalls when the 2 cores are shared (restored after)."""
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -93,6 +99,8 @@ def one_thread():
 def tiny_target(tmp_path_factory):
     """A tiny random (untied, so it does not just echo its input) Llama with the SmolLM2 chat tokenizer, saved as a
     model folder that load_target, subprocesses and `transformers serve` can all open."""
+    from tiny import save_tiny_chat_model
+
     path = save_tiny_chat_model(
         tmp_path_factory.mktemp("tiny") / "model",
         vocab_size=49152,
@@ -123,6 +131,7 @@ def tiny_served(tiny_target, tmp_path_factory):
 @pytest.fixture(scope="session")
 def project_draft(tmp_path_factory):
     """A tiny random draft in the project's export format, with its target's config beside it."""
+    import torch
     from transformers import LlamaConfig
 
     from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
