@@ -120,14 +120,15 @@ def start_server(
     timeout: float = 900.0,
     *,
     log_path: str | os.PathLike | None = None,
-    poll: float = 0.5,
+    poll: float = 0.1,
     stop_grace: float = 30.0,
     env: dict | None = None,
     popen=popen_in_own_session,
 ):
     """Start `cmd` in its own process group with its output streamed to `log_path` (a temp file by default), wait
     until GET url/health answers 200, yield a `Server`, and kill the process group on exit. `popen` starts the
-    process (the tests fork vLLM servers: serving.forkserver)."""
+    process (the tests fork vLLM servers: serving.forkserver). `poll`: a start is seen at most this late (a llama.cpp
+    start takes about half a second here; make test starts about fifty servers)."""
     url = url.rstrip("/")
     if port_in_use(url):  # else the health check would find the other server healthy and benchmark it
         raise ServerError(f"{url}: the port is in use; pick another port or stop the server that holds it")
