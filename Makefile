@@ -9,7 +9,7 @@ STAMP := $(VENV)/.eagle3lab-installed
 # Python keeps the bytecode of what it imports (in .venv and the engines' caches) even where the shell sets
 # PYTHONDONTWRITEBYTECODE, as this machine's does: without it every process compiles torch's and transformers' modules
 # anew (import torch, transformers: 5.6 s against 2.9 s), and the tests start a Python process for every stage, server
-# and CLI they run. pytest took 504 s without, 417 s with (one fresh clone, one run each).
+# and CLI they run. pytest took 504 s in a fresh clone, 417 s in the same clone with its bytecode kept (one run each).
 export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: setup data model vllm llamacpp specforge lint test repro smoke lab clean-venv
