@@ -4,6 +4,7 @@ on loopback (the wheel's Q4_1 SmolLM2 with the committed trained draft) speculat
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from conftest import TRAINED_DRAFT, speculative_row
 from eagle3lab.engines.base import EngineMissing
 from eagle3lab.engines.llamacpp.build import server_path
-from eagle3lab.engines.llamacpp.gguf import SPEC_TYPE, draft_mismatches, gguf_facts
+from eagle3lab.engines.llamacpp.gguf import DIGESTS, SPEC_TYPE, draft_mismatches, folder_digest, gguf_facts
 from eagle3lab.engines.llamacpp.gguf_file import read_header
 from eagle3lab.engines.llamacpp.server import draft_gguf
 from eagle3lab.io import InputError
@@ -26,6 +27,30 @@ def test_a_missing_build_names_the_command_that_makes_it(monkeypatch, tmp_path):
     (tmp_path / "engines" / "llama.cpp-11434.0.0" / "build" / "bin").mkdir(parents=True)  # killed mid-build: no mark
     with pytest.raises(EngineMissing):
         server_path()
+
+
+def test_a_folders_digest_is_remembered_until_a_file_changes(monkeypatch, tmp_path):
+    """The GGUF cache key: the same digest from the memo as from the bytes, read again after an edit (size or mtime),
+    and a memo that is not JSON is read past."""
+    monkeypatch.setenv("EAGLE3LAB_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"weights")
+    first = folder_digest(folder, "salt")
+    memo = tmp_path / "cache" / "gguf" / DIGESTS
+    assert json.loads(memo.read_text())[f"{folder}\nsalt"]["digest"] == first
+    memo.write_text(memo.read_text().replace(first, "remembered"))
+    assert folder_digest(folder, "salt") == "remembered"  # the bytes were not read again
+    assert folder_digest(folder, "other salt") != first
+    weights = folder / "model.safetensors"
+    mtime = weights.stat().st_mtime_ns
+    weights.write_bytes(b"weightz")  # the same size: only the mtime tells (set apart: clocks tick coarsely)
+    os.utime(weights, ns=(mtime + 10**9, mtime + 10**9))
+    edited = folder_digest(folder, "salt")
+    assert edited not in (first, "remembered")
+    memo.write_text("{")  # torn
+    assert folder_digest(folder, "salt") == edited
 
 
 def test_launch_line_serves_the_draft_gguf_as_eagle3(llamacpp, llamacpp_target):

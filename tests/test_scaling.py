@@ -80,7 +80,7 @@ def test_gain_per_doubling_and_whether_the_ceiling_is_identified():
     sizes = [22, 45, 90, 180]
     # a log-law (0.05 per doubling) over one decade: the saturating fit runs into the config's ceiling
     log_law = [1.1 + 0.05 * np.log2(n / 22) + rng.normal(0, 0.02, 30) for n in sizes]
-    fit = fit_scaling(sizes, log_law, ceiling=6.0, boot=100)
+    fit = fit_scaling(sizes, log_law, ceiling=6.0, boot=30)
     assert fit.gain_per_doubling == pytest.approx(0.05, abs=0.01)
     lo, hi = fit.gain_per_doubling_interval
     assert lo < fit.gain_per_doubling < hi and hi - lo < 0.03
@@ -137,7 +137,7 @@ def test_a_size_past_the_data_is_reported_only_where_the_ceiling_is_identified()
     # the fit's own rows follow the rule: a log-law over one decade leaves the ceiling unidentified
     rng = np.random.default_rng(2)
     log_law = [1.1 + 0.05 * np.log2(n / 22) + rng.normal(0, 0.02, 30) for n in sizes]
-    fit = fit_scaling(sizes, log_law, ceiling=6.0, boot=50)
+    fit = fit_scaling(sizes, log_law, ceiling=6.0, boot=20)
     assert not fit.ceiling_identified and fit.size_for(2.0) > 180
     assert fit.reported(fit.size_for(2.0)) == BEYOND and fit.reported(fit.size_for(1.2)) < 180
 
@@ -174,7 +174,7 @@ def test_parameters_carry_intervals_or_the_reason_the_data_do_not_identify_them(
     # a log-law over four sizes: the refits run into the config's ceiling, and b trades off against it
     sizes = [22, 45, 90, 180]
     log_law = [1.1 + 0.05 * np.log2(n / 22) + rng.normal(0, 0.02, 30) for n in sizes]
-    fit = fit_scaling(sizes, log_law, ceiling=6.0, boot=40)
+    fit = fit_scaling(sizes, log_law, ceiling=6.0, boot=20)
     assert "of bootstrap refits hit the bound the config allows (6)" in fit.not_identified["a"]
     assert "trades off against the unidentified a" in fit.not_identified["b"]
     assert describe_parameter(fit.to_json(), "a").startswith("not identified: ceiling: ")
