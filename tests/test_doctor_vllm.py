@@ -81,7 +81,8 @@ NO_METHOD = lambda s: s.pop("method")  # noqa: E731
 
 
 # draft config fields vLLM serves silently: (config edit, the most it accepts); the comments give vLLM's accept length
-# measured over the doctor's 2 probes of 32 tokens (1.44 for the intact draft on a 32-token chat answer)
+# measured over the doctor's 2 probes of 32 tokens (1.44 for the intact draft: 1.15 on the first, 1.94 on the second, so
+# one probe alone cannot tell norm_output's 1.15 from the intact draft)
 FIELD_CASES = {
     "use_aux_hidden_state": ({"eagle_config": {"use_aux_hidden_state": False}}, 1.1),  # 1.02: fc never built
     "norm_before_residual": ({"norm_before_residual": True}, 1.15),  # 1.03: another network (SGLang ignores it)
