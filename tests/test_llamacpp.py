@@ -38,8 +38,8 @@ def test_a_folders_digest_is_remembered_until_a_file_changes(monkeypatch, tmp_pa
     (folder / "config.json").write_text("{}")
     (folder / "model.safetensors").write_bytes(b"weights")
     first = folder_digest(folder, "salt")
-    memo = tmp_path / "cache" / "gguf" / DIGESTS
-    assert json.loads(memo.read_text())[f"{folder}\nsalt"]["digest"] == first
+    memo, key = tmp_path / "cache" / "gguf" / DIGESTS, f"{folder.resolve()}\nsalt"
+    assert json.loads(memo.read_text())[key]["digest"] == first
     memo.write_text(memo.read_text().replace(first, "remembered"))
     assert folder_digest(folder, "salt") == "remembered"  # the bytes were not read again
     assert folder_digest(folder, "other salt") != first
@@ -49,8 +49,9 @@ def test_a_folders_digest_is_remembered_until_a_file_changes(monkeypatch, tmp_pa
     os.utime(weights, ns=(mtime + 10**9, mtime + 10**9))
     edited = folder_digest(folder, "salt")
     assert edited not in (first, "remembered")
-    memo.write_text("{")  # torn
-    assert folder_digest(folder, "salt") == edited
+    for unreadable in ("{", "[]", json.dumps({key: 1})):  # torn, not a memo, not an entry
+        memo.write_text(unreadable)
+        assert folder_digest(folder, "salt") == edited
 
 
 def test_launch_line_serves_the_draft_gguf_as_eagle3(llamacpp, llamacpp_target):

@@ -189,14 +189,17 @@ def folder_digest(folder: str | os.PathLike, salt: str) -> str:
     inode, as DVC remembers its hashes: reading the 540 MB target took 1.1 s of every regeneration start."""
     folder = Path(folder).resolve()
     files = sorted(folder.glob("*.json")) + sorted(folder.glob("*.jinja")) + sorted(folder.glob("*.safetensors"))
-    stamp = [[p.name, p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ino] for p in files]
+    stats = {p: p.stat() for p in files}
+    stamp = [[p.name, s.st_size, s.st_mtime_ns, s.st_ino] for p, s in stats.items()]
     memo_path, key = cache_dir() / "gguf" / DIGESTS, f"{folder}\n{salt}"
     try:
         memo = json.loads(memo_path.read_text())
-    except (OSError, ValueError):  # none yet, or unreadable: a memo is only ever a shortcut
+    except (OSError, ValueError):  # none yet, or torn: a memo is only ever a shortcut
         memo = {}
-    if memo.get(key, {}).get("stamp") == stamp:
-        return memo[key]["digest"]
+    memo = memo if isinstance(memo, dict) else {}
+    known = memo.get(key)
+    if isinstance(known, dict) and known.get("stamp") == stamp and "digest" in known:
+        return known["digest"]
     digest = hashlib.sha256(salt.encode())
     for path in files:
         digest.update(path.name.encode())
