@@ -31,7 +31,7 @@ def test_a_missing_build_names_the_command_that_makes_it(monkeypatch, tmp_path):
 
 def test_a_folders_digest_is_remembered_until_a_file_changes(monkeypatch, tmp_path):
     """The GGUF cache key: the same digest from the memo as from the bytes, read again after an edit (size or mtime),
-    and a memo that is not JSON is read past."""
+    and a memo or an entry it cannot use (torn, not a dict, missing fields) is read past."""
     monkeypatch.setenv("EAGLE3LAB_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "model"
     folder.mkdir()
