@@ -23,14 +23,80 @@ def hardware() -> str:
     return f"{model}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
 
 
-def _engine_needs(ax, needs: dict[str, dict[str, float]]) -> None:
-    """One horizontal line per engine and target: a colour per engine, a line style per target."""
-    styles = ("--", "-.", ":", (0, (1, 4)))
-    for (engine, taus), color in zip(needs.items(), ("black", "dimgray", "saddlebrown", "purple")):
-        for tau, ls in zip(taus.values(), styles):
-            ax.axhline(tau, color=color, ls=ls, lw=1)
-        needed = ", ".join(f"{target} {tau:.2f}" for target, tau in taus.items())
-        ax.plot([], [], color=color, lw=1, label=f"{engine} needs {needed} (--, -., :)")
+EXTRAPOLATION = 10  # how far past the largest size measured a fit is drawn: benchmark.scaling.EXTRAPOLATION's decade
+ENGINE_COLORS = ("black", "tab:purple", "tab:brown", "tab:gray", "tab:olive", "tab:cyan")
+
+
+def _y_range(values: Sequence[float], pad: float = 0.08) -> tuple[float, float]:
+    """Limits that hold every value with a margin of `pad` of their span on each side."""
+    lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
+    margin = max(hi - lo, 0.05) * pad
+    return lo - margin, hi + margin
+
+
+def _line_labels(ax, lines: list[tuple[float, str, str, str]], ylim: tuple[float, float]) -> list[str]:
+    """Draw each (accept length, engine, target, colour) inside `ylim` as a dashed line labelled at its right end,
+    outside the data area; returns, per side, the ones left out ("above the y-range: local 2x 2.57, ...")."""
+    inside = sorted((t for t in lines if ylim[0] <= t[0] <= ylim[1]), key=lambda t: t[0])
+    span = ylim[1] - ylim[0]
+    y = -1.0
+    for tau, engine, target, color in inside:
+        y = max((tau - ylim[0]) / span, y + 0.045)  # labels at least 0.045 of the axis apart
+        ax.axhline(tau, color=color, ls="--", lw=1, zorder=1)
+        ax.text(1.01, y, f"{engine} {target} {tau:.2f}", transform=ax.transAxes, color=color, fontsize=8, va="center")
+    notes = []
+    for side, out in (("above", lambda tau: tau > ylim[1]), ("below", lambda tau: tau < ylim[0])):
+        engines: dict[str, list[str]] = {}
+        for tau, engine, target, _ in lines:
+            if out(tau):
+                engines.setdefault(engine, []).append(f"{target} {tau:.2f}")
+        if engines:
+            listed = "; ".join(f"{engine} {', '.join(taus)}" for engine, taus in engines.items())
+            notes.append(f"not drawn, {side} the y-range: {listed}")
+    return notes
+
+
+def _fit_curves(ax, fit, sizes, color, label: str, extrapolation: float) -> tuple[list[float], float]:
+    """A fit drawn solid over the sizes measured with its bootstrap band, and dotted with a fainter band up to
+    `extrapolation` times the largest (only where the ceiling is identified: past the data an unidentified ceiling
+    is the config's bound, not the data's). Returns the values drawn (for the y-range) and where the curve ends."""
+    low, high = min(sizes), max(sizes)
+    end = high * (extrapolation if fit.ceiling_identified else 1)
+    drawn = []
+    for xs, style, alpha in ((np.geomspace(low, high, 120), "-", 0.18), (np.geomspace(high, end, 60), ":", 0.1)):
+        if xs[-1] <= xs[0]:
+            continue
+        lo, hi = fit.band(xs)
+        ax.plot(xs, fit.predict(xs), color=color, ls=style, label=label if style == "-" else None)
+        ax.fill_between(xs, lo, hi, color=color, alpha=alpha, lw=0)
+        drawn += [*lo, *hi, *fit.predict(xs)]
+    return drawn, end
+
+
+def _labelled_points(ax, labelled: Sequence[dict], colors: dict) -> list[float]:
+    """Drafts trained elsewhere: a marker per set in that set's colour, named; returns the accept lengths drawn."""
+    drawn = []
+    for point, marker in zip(labelled, itertools.cycle("*DPX^v")):
+        for set_name, tau in point["accept_length"].items():
+            ax.scatter(point["conversations"], tau, marker=marker, s=90, color=colors.get(set_name, "grey"), zorder=4)
+            drawn.append(tau)
+        size = f"{point['responses']}, {point['tokens'] / 1e6:.2f}M tokens"
+        label = f"{point['draft']}: {size}; {point['hardware']}, not fitted"
+        ax.scatter([], [], marker=marker, s=90, color="grey", label=label)
+        top = (point["conversations"], max(point["accept_length"].values()))
+        ax.annotate(point["draft"], top, fontsize=7, xytext=(0, 8), ha="center", textcoords="offset points")
+    return drawn
+
+
+def _needs_lines(needs: dict[str, dict[str, float]], ceiling: float) -> list[tuple[float, str, str, str]]:
+    """(accept length, engine, target, colour) of every engine's need (a colour per engine) and the config's
+    ceiling."""
+    lines = [
+        (tau, engine, target, color)
+        for (engine, taus), color in zip(needs.items(), itertools.cycle(ENGINE_COLORS))
+        for target, tau in taus.items()
+    ]
+    return [*lines, (ceiling, "the config's ceiling", "(steps + 1)", "0.3")]
 
 
 def scaling_figure(
@@ -41,52 +107,101 @@ def scaling_figure(
     ceiling: float,
     caption: str,
     labelled: Sequence[dict] = (),
+    extrapolation: float = EXTRAPOLATION,
 ):
-    """Accept length against training-set size (log x): measured points, fitted curve and bootstrap band per set,
-    with the accept length each engine needs for each target (`needs`: engine -> target, such as "2x" -> accept
-    length; one colour per engine, one line style per target). `labelled`: drafts trained elsewhere
-    (`scaling.labelled_points`), each a marker per set in that set's colour, named, outside the fit."""
-    fig, ax = plt.subplots(figsize=(8, 5))
-    measured = [s for pts in points.values() for s, _ in pts]
-    elsewhere = [p["conversations"] for p in labelled]
-    # the fit runs 100x past its data (where break-even and 2x may lie) and past every labelled point
-    xs = np.geomspace(min(measured + elsewhere) / 2, max(max(measured) * 100, max(elsewhere, default=0) * 2), 200)
+    """Accept length against training-set size (log x): measured points, fitted curve and bootstrap band per set
+    (solid over the sizes measured, dotted and fainter up to `extrapolation` times the largest, in a shaded span
+    marked "fit extrapolation"), and the accept length each engine needs for each target (`needs`: engine -> target,
+    such as "2x" -> accept length), one dashed line each labelled at its right end. The y-range holds the points,
+    the curves and their bands, and only the needs inside it are drawn; the others are listed under the figure.
+    `labelled`: drafts trained elsewhere (`scaling.labelled_points`), each a marker per set in that set's colour,
+    named, outside the fit."""
+    fig, ax = plt.subplots(figsize=(10, 6.5))
     colors = dict(zip(fits, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    shown, largest, reach = [], 0.0, 0.0
     for name, fit in fits.items():
         sizes, taus = zip(*points[name])
         ax.scatter(sizes, taus, color=colors[name], zorder=3)
-        lo, hi = fit.band(xs)
         shape = f"ceiling {fit.a:.2f}" if fit.ceiling_identified else "ceiling not identified"
-        ax.plot(
-            xs, fit.predict(xs), color=colors[name], label=f"{name}: {shape}, +{fit.gain_per_doubling:.3f} per doubling"
-        )
-        ax.fill_between(xs, lo, hi, color=colors[name], alpha=0.15)
-    for point, marker in zip(labelled, itertools.cycle("*DPX^v")):
-        for set_name, tau in point["accept_length"].items():
-            ax.scatter(point["conversations"], tau, marker=marker, s=90, color=colors.get(set_name, "grey"), zorder=4)
-        size = f"{point['responses']}, {point['tokens'] / 1e6:.2f}M tokens"
-        label = f"{point['draft']}: {size}; {point['hardware']}, not fitted"
-        ax.scatter([], [], marker=marker, s=90, color="grey", label=label)
-        top = max(point["accept_length"].values())
-        ax.annotate(
-            point["draft"],
-            (point["conversations"], top),
-            fontsize=7,
-            xytext=(0, 8),
-            ha="center",
-            textcoords="offset points",
-        )
-    _engine_needs(ax, needs)
+        label = f"{name}: {shape}, +{fit.gain_per_doubling:.3f} per doubling"
+        drawn, end = _fit_curves(ax, fit, sizes, colors[name], label, extrapolation)
+        shown += [*taus, *drawn]
+        largest, reach = max(largest, max(sizes)), max(reach, end)
+    shown += _labelled_points(ax, labelled, colors)
+    if reach > largest:
+        ax.axvspan(largest, reach, color="0.95", zorder=0)
+        middle = (largest * reach) ** 0.5
+        ax.text(middle, 0.02, "fit extrapolation", transform=ax.get_xaxis_transform(), ha="center", style="italic")
+    ylim = _y_range(shown)
+    off = _line_labels(ax, _needs_lines(needs, ceiling), ylim)
+    smallest = min(s for pts in points.values() for s, _ in pts)
+    farthest = max([reach, *(p["conversations"] for p in labelled)])
     ax.set(
         xscale="log",
+        xlim=(smallest / 1.5, farthest * 1.5),
+        ylim=ylim,
         xlabel="training conversations (fitted: regenerated by the target)",
         ylabel="accept length",
-        ylim=(1, ceiling + 0.2),
         title="EAGLE-3 accept length against data size",
     )
-    ax.legend(fontsize=8, loc="upper left")  # the points sit low: accept length is far below the ceiling
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2, frameon=False)
+    notes = [caption, *off]
+    fig.text(0.01, 0.005, "\n".join(notes), fontsize=7, va="bottom")
+    fig.tight_layout(rect=(0, 0.02 * len(notes), 1, 1))
+    return fig
+
+
+KINDS = {  # a draft's kind is its name's first word (`train.plan`): scale-00022, original-00055, ...
+    "scale": "regenerated answers, by data scale",
+    "original": "sources' original answers",
+    "sampled": "answers sampled at T=0.7",
+    "source": "one source's regenerated answers",
+    "ablation": "ablations: one lever changed",
+}
+
+
+def distinct_colors(n: int) -> list:
+    """`n` colours, none repeated: tab10, then tab20, then evenly spaced viridis."""
+    if n <= 10:
+        return list(plt.get_cmap("tab10").colors[:n])
+    if n <= 20:
+        return list(plt.get_cmap("tab20").colors[:n])
+    return [plt.get_cmap("viridis")(x) for x in np.linspace(0, 1, n)]
+
+
+def _kind_curves(loss_ax, acc_ax, curves: dict[str, list[dict]], window: int) -> None:
+    """One kind's drafts: rolling training loss above, held-out accuracy below, a colour each."""
+    for (name, rows), color in zip(curves.items(), distinct_colors(len(curves))):
+        train = [r for r in rows if r.get("split") == "train"]
+        loss = np.convolve([r["loss"] for r in train], np.ones(window), "full")[: len(train)]
+        loss /= np.minimum(np.arange(1, len(train) + 1), window)  # the trailing mean over up to `window` steps
+        loss_ax.plot([r["step"] for r in train], loss, color=color, label=name)
+        val = [r for r in rows if r.get("split") == "val"]
+        acc_ax.plot([r["step"] for r in val], [r["acc_pos"][0] for r in val], color=color, marker="o", ms=4)
+
+
+def train_figure(curves: dict[str, list[dict]], caption: str, window: int = 10):
+    """Training curves in small multiples, one column per kind of draft (`KINDS`): the training loss (trailing mean
+    over `window` steps) above, the held-out top-1 accuracy of the first draft token below, rows sharing their
+    y-axis; no colour repeats within a column, and each column's legend sits under it. `curves`: draft name -> its
+    metrics.jsonl rows (split "train": step, loss; split "val": step, acc_pos)."""
+    kinds: dict[str, dict[str, list[dict]]] = {}
+    for name, rows in curves.items():
+        kinds.setdefault(name.split("-")[0], {})[name] = rows
+    columns = max(len(kinds), 1)
+    fig, axes = plt.subplots(2, columns, figsize=(min(12.0, 3.0 * columns + 1), 7), sharey="row", squeeze=False)
+    if not kinds:
+        _empty(axes[0, 0], "no training curves")
+    for (kind, drafts), (loss_ax, acc_ax) in zip(kinds.items(), axes.T):
+        _kind_curves(loss_ax, acc_ax, drafts, window)
+        loss_ax.set_title(KINDS.get(kind, kind), fontsize=10)
+        acc_ax.set_xlabel("step")
+        under = dict(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+        acc_ax.legend(*loss_ax.get_legend_handles_labels(), fontsize=8, **under)
+    axes[0, 0].set_ylabel(f"TTT loss (mean of {window} steps)")
+    axes[1, 0].set_ylabel("held-out top-1 accuracy,\nfirst draft token")
     fig.text(0.01, 0.005, caption, fontsize=7, va="bottom")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 
 
@@ -169,15 +284,83 @@ def acceptance_figure(rows: list[dict], system: str, caption: str):
     return fig
 
 
-def throughput_figure(rows: list[dict], title: str):
-    """Tokens/s of every system and config, one bar per evaluation set."""
-    import pandas as pd
+PEER_WORDS = {
+    "baseline": "target alone (baseline)",
+    "hf-generate": "HF generate",
+    "hf-prompt-lookup": "HF prompt lookup",
+}
 
-    pivot = pd.DataFrame(rows).pivot_table(index=["system", "config"], columns="set", values="tokens_per_s")
-    ax = pivot.plot.barh(figsize=(10, 0.4 * len(pivot) + 1.5))
-    ax.set(xlabel="tokens/s", title=title)
-    ax.figure.tight_layout()
-    return ax.figure
+
+def config_words(config: str) -> str:
+    """A `bs,steps,topk,ndraft[@threshold]` config (`decoding.config.SpecConfig`) in words, the string after them:
+    "chain of 5 (1,5,1,6)" (topk 1: 5 tokens drafted in a line, 6 verified with the root), "tree: 2 steps, top-4,
+    10 tokens (1,2,4,10)" (10 tokens of the tree verified)."""
+    shape, _, threshold = str(config).partition("@")
+    batch, steps, topk, ndraft = (int(p) for p in shape.split(","))
+    if not steps:
+        words = "no draft"
+    elif topk == 1:
+        words = f"chain of {steps}"
+    else:
+        words = f"tree: {steps} steps, top-{topk}, {ndraft} tokens"
+    if threshold:
+        words += f", stop below confidence {float(threshold):g}"
+    return words + (f", batch {batch}" if batch != 1 else "") + f" ({config})"
+
+
+def draft_words(system: str) -> str:
+    """A benchmark row's system as a heading: "final draft", "smollm2-original-6960 draft", "..., EAGLE mode"."""
+    name = system.removesuffix(" [EAGLE]")
+    return f"{name} draft" + (", EAGLE mode" if name != system else "")  # [EAGLE]: SGLang's wrong-flag path
+
+
+def _throughput_labels(rows: list[dict]) -> list[tuple[str, tuple[str, str] | None]]:
+    """Tick labels top to bottom, each with its (system, config), None for a heading: a peer on one line; a draft's
+    name as a heading over its configs in words."""
+    configs: dict[str, dict[str, None]] = {}
+    for r in rows:
+        configs.setdefault(r["system"], {})[r["config"]] = None
+    labels = []
+    for system, shapes in configs.items():
+        if system in PEER_WORDS:
+            labels += [(PEER_WORDS[system], (system, config)) for config in shapes]
+        else:
+            labels += [(draft_words(system), None)] + [(config_words(c), (system, c)) for c in shapes]
+    return labels
+
+
+def throughput_figure(rows: list[dict], title: str):
+    """Speedup over the target alone on each evaluation set (tokens/s over the baseline's on the same set and
+    prompts), one bar per set drawn from the 1.0x line, every system and config labelled in words; tokens/s where
+    the rows hold no baseline."""
+    sets = list(dict.fromkeys(r["set"] for r in rows))
+    base = {r["set"]: r["tokens_per_s"] for r in rows if r["system"] == "baseline" and r["tokens_per_s"]}
+    labels = _throughput_labels([r for r in rows if not (base and r["system"] == "baseline")])
+    where = {key: k for k, (_, key) in enumerate(labels) if key}
+    fig, ax = plt.subplots(figsize=(10, min(8.0, 0.32 * len(labels) + 2)))
+    height = 0.8 / len(sets)
+    origin = 1.0 if base else 0.0
+    for i, set_name in enumerate(sets):
+        mine = [r for r in rows if r["set"] == set_name and (r["system"], r["config"]) in where]
+        y = [where[r["system"], r["config"]] + (i - (len(sets) - 1) / 2) * height for r in mine]
+        values = [r["tokens_per_s"] / base[set_name] if base else r["tokens_per_s"] for r in mine]
+        words = f"{set_name} (baseline {base[set_name]:.1f} tok/s)" if set_name in base else set_name
+        ax.barh(y, [v - origin for v in values], height, left=origin, label=words)
+    for k, (_, key) in enumerate(labels):  # a thin rule above each draft's heading
+        if key is None and k:
+            ax.axhline(k - 0.5, color="0.8", lw=0.8)
+    if base:
+        ax.axvline(1.0, color="k", lw=1.2)
+        ax.text(1.0, -0.75, " baseline 1.0x", fontsize=8, va="center")
+    ax.set_yticks(range(len(labels)), [text for text, _ in labels], fontsize=9)
+    for tick, (_, key) in zip(ax.get_yticklabels(), labels):
+        tick.set_fontweight("normal" if key else "bold")
+    ax.set_ylim(len(labels) - 0.5, -1.1)  # the first system on top
+    xlabel = "speedup over the target alone, same set and prompts (tokens/s / baseline's)" if base else "tokens/s"
+    ax.set(xlabel=xlabel, title=title)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.6 / fig.get_figheight()), ncol=len(sets))
+    fig.tight_layout()
+    return fig
 
 
 def tune_figure(compared: list[dict], caption: str):
