@@ -20,7 +20,7 @@ from eagle3lab.regen.cli import main as regen_main
 from eagle3lab.regen.errors import RegenError
 from eagle3lab.regen.files import RunFiles, truncate_torn_tail
 from eagle3lab.regen.inputs import Job, Skip, read_inputs
-from eagle3lab.regen.run import regenerate, sampled_settings
+from eagle3lab.regen.run import SHOWN_REASONS, regenerate, sampled_settings
 from eagle3lab.regen.settings import RegenSettings
 from eagle3lab.serving.processes import free_port
 
@@ -134,6 +134,33 @@ def test_local_run_skips_with_reasons_and_accounts(tmp_path, tiny_target, capsys
     size = out.stat().st_size
     assert regen_main(["--input", str(path), "--output", str(out), "--target", tiny_target, "--no-progress"]) == 2
     assert "--resume" in capsys.readouterr().err and out.stat().st_size == size
+
+
+def test_an_empty_input_is_an_error_before_any_model_loads(tmp_path, capsys):
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n  \n")
+    assert regen_main(["--input", str(path), "--output", str(tmp_path / "out.jsonl"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"input {path} has no records to regenerate (the file is empty or every line is blank)" in err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_run_that_regenerates_nothing_fails_with_its_first_reasons(tmp_path, tiny_target, capsys):
+    """Every record skipped (six when read, one over-length when planned): the accounting balances, but the output
+    is empty, so the run fails and says why."""
+    path = write_rows(tmp_path / "in.jsonl", BAD_ROWS)
+    out = tmp_path / "out.jsonl"
+    argv = ["--input", str(path), "--output", str(out), "--target", tiny_target, "--dtype", "float32", "--no-progress"]
+    assert regen_main(argv) == 2
+    captured = capsys.readouterr()
+    assert "accounting: input 7 = success 0 + error 0 + skipped 7 [OK]" in captured.out
+    err = captured.err
+    assert f"no record regenerated into {out} (7 skipped, 0 failed of 7 input records); first reasons:" in err
+    reasons = [line.strip() for line in err.splitlines() if line.startswith("  ")]
+    assert len(reasons) == SHOWN_REASONS < len(BAD_ROWS)
+    assert reasons[0].startswith(f"{path}: line 1: not valid JSON")  # each names the file and the line
+    assert f"{path}: line 3 (id 'noconv'): missing field 'conversations'" in reasons
+    assert err.rstrip().endswith(f"every reason: {tmp_path / 'out.skipped.jsonl'}")
 
 
 def test_second_turn_is_conditioned_on_regenerated_first(tmp_path, tiny_target, monkeypatch):

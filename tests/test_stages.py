@@ -39,20 +39,49 @@ def write_params(repo, params):
 
 
 def test_runs_with_shared_and_stage_values_in_repo_root(repo):
+    make_notebook(repo / "notebooks" / "08_seeded.ipynb", "seed = 0\n", "")
     write_params(repo, {"common": {"target": "smollm2", "seed": 3}, "echo": {"size": 5}})
     out = stages.run_stage("echo")
     assert out == repo / "reports" / "07_echo.ipynb"
     echoed = json.loads((repo / "echo.json").read_text())
     assert echoed == {"target": "smollm2", "size": 5, "cwd": str(repo)}
-    # the executed copy has outputs recorded by papermill; the source notebook stays clean
+    # the executed copy has outputs recorded by papermill (only the shared keys echo declares: no seed); the source
+    # notebook stays clean
     assert nbformat.read(out, as_version=4).metadata["papermill"]["parameters"] == {"target": "smollm2", "size": 5}
 
 
-def test_unknown_key_is_an_error_naming_stage_and_key(repo):
+def test_unknown_key_is_an_error_naming_file_section_key_and_the_closest_name(repo):
     write_params(repo, {"common": {"target": "t"}, "echo": {"size": 5, "sizee": 6}})
-    with pytest.raises(stages.StageError, match=r"stage 'echo'.*\['sizee'\]"):
+    with pytest.raises(
+        stages.StageError, match=r"params.yaml: section 'echo': key\(s\) \['sizee' \(did you mean 'size'\?\)\]"
+    ):
         stages.run_stage("echo")
     assert not (repo / "echo.json").exists()
+
+
+def test_a_shared_key_no_stage_declares_is_an_error(repo, capsys):
+    """A stage takes only the shared keys it declares: a misspelled one would silently leave the default."""
+    write_params(repo, {"common": {"target": "t", "sise": 2}, "echo": {}})
+    assert stages.main(["echo"]) == 1
+    err = capsys.readouterr().err
+    assert f"{repo / 'params.yaml'}: section 'common': key(s) ['sise' (did you mean 'size'?)]" in err
+    assert not (repo / "echo.json").exists()
+
+
+def test_a_misspelled_or_malformed_section_is_an_error_and_other_tools_sections_are_accepted(repo):
+    write_params(repo, {"common": {"target": "t"}, "echo": {"size": 5}, "ecoh": {"size": 6}, "xyz": {}})
+    with pytest.raises(stages.StageError) as raised:
+        stages.run_stage("echo")
+    assert "params.yaml: unknown section(s) ['ecoh' (did you mean 'echo'?), 'xyz']" in str(raised.value)
+    assert "a stage's (echo)" in str(raised.value) and "'sglang'" in str(raised.value)
+    write_params(repo, {"common": ["target"], "echo": {"size": 5}})
+    with pytest.raises(stages.StageError, match="section 'common' should be a mapping of keys, got list"):
+        stages.run_stage("echo")
+    write_params(
+        repo, {"common": {"target": "t"}, "echo": {"size": 5}, **{name: {"any": 1} for name in stages.OTHER_SECTIONS}}
+    )
+    stages.run_stage("echo")
+    assert json.loads((repo / "echo.json").read_text())["size"] == 5
 
 
 def test_missing_parameter_is_an_error(repo):
@@ -85,6 +114,28 @@ def test_failing_cell_fails_the_stage_with_its_error(repo):
         stages.run_stage("boom")
     assert not (repo / "reports" / "09_boom.ipynb").exists()  # no half-written report a later run could trust
     assert stages.main(["boom"]) == 1
+
+
+@pytest.mark.parametrize(
+    "params_file", [paths.PARAMS, *sorted((paths.ROOT / "params").glob("*.yaml"))], ids=lambda p: p.name
+)
+def test_every_params_file_passes_the_checks_of_every_stage(params_file):
+    params = stages.load_params(params_file)
+    for stage, notebook in stages.stage_notebooks().items():
+        assert (
+            stages.stage_parameters(stage, notebook, params, params_file).keys()
+            == stages.declared_parameters(notebook).keys()
+        )
+
+
+def test_notebooks_parameters_cells_hold_the_values_of_params_yaml():
+    """Run alone in JupyterLab, a notebook computes what its stage computes: its parameters cell (parsed with ast)
+    holds exactly params.yaml's `common` keys it declares and its section."""
+    params = stages.load_params(paths.PARAMS)
+    for stage, notebook in stages.stage_notebooks().items():
+        declared = stages.declared_parameters(notebook)
+        expected = {k: v for k, v in params["common"].items() if k in declared} | params[stage]
+        assert declared == expected, notebook.name
 
 
 def test_dvc_yaml_lists_exactly_the_package_files_each_stage_runs():

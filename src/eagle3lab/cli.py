@@ -4,50 +4,60 @@ from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import version
 
-# command -> (module, function taking argv and returning an exit code, one-line help)
+# command -> (module, function taking argv and returning an exit code, one-sentence summary)
 COMMANDS = {
-    "data": ("eagle3lab.data.fetch", "main", "fetch and verify the pinned raw data archives into data/"),
+    "data": ("eagle3lab.data.fetch", "main", "Fetch the pinned raw data archives, verify and extract them into data/."),
     "regen": (
         "eagle3lab.regen.cli",
         "main",
-        "regenerate responses with the target (local or OpenAI-compatible server)",
+        "Regenerate a dataset's answers with the target: local, OpenAI-compatible servers or llama.cpp.",
     ),
-    "monitor": ("eagle3lab.regen.monitor", "main", "show progress of a regeneration run from its files"),
-    "train": ("eagle3lab.train.cli", "main", "train an EAGLE-3 draft"),
-    "bench": ("eagle3lab.benchmark.commands", "bench", "benchmark drafts against the baseline and peers"),
+    "monitor": ("eagle3lab.regen.monitor", "main", "Show a regeneration run's progress from its files."),
+    "train": ("eagle3lab.train.cli", "main", "Train an EAGLE-3 draft with training-time test."),
+    "bench": (
+        "eagle3lab.benchmark.commands",
+        "bench",
+        "Benchmark drafts against the target alone and HF peers: accept length, tokens/s, speedup.",
+    ),
     "tune": (
         "eagle3lab.benchmark.commands",
         "tune",
-        "pick steps/topk/ndraft for a draft from its acceptance and costs",
+        "Pick a draft's steps, topk and draft tokens from its acceptance and this machine's costs.",
     ),
     "doctor": (
         "eagle3lab.doctor.cli",
         "main",
-        "check an SGLang launch line, a draft and a server for a bypassed draft",
+        "Check SGLang, vLLM and llama-server launch lines, drafts and servers for an unused draft.",
     ),
     "serve": (
         "eagle3lab.serving.cli",
         "main",
-        "serve the target with a draft in vLLM or llama.cpp on loopback, printing the line",
+        "Serve the target with a draft in vLLM or llama.cpp on loopback, printing the launch line.",
     ),
     "export": (
         "eagle3lab.engines.llamacpp.gguf",
         "main",
-        "write a draft's GGUF for llama.cpp, checked against the target",
+        "Write a draft's GGUF for llama.cpp, checked against the target.",
     ),
-    "stage": ("eagle3lab.pipeline.stages", "main", "run one pipeline stage notebook through papermill"),
+    "stage": (
+        "eagle3lab.pipeline.stages",
+        "main",
+        "Run one pipeline stage's notebook through papermill, its params file checked first.",
+    ),
     "sglang": (
         "eagle3lab.engines.sglang.cli",
         "main",
-        "build SGLang launch lines from a params profile and benchmark a server",
+        "Print SGLang launch lines from a params profile and benchmark SGLang servers.",
     ),
 }
 
 
 def usage() -> str:
-    lines = ["usage: eagle3lab COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name:<9} {help_}" for name, (_, _, help_) in COMMANDS.items()]
+    lines = ["usage: eagle3lab COMMAND [ARGS...] | --version", "", "commands:"]
+    lines += [f"  {name:<9} {summary}" for name, (_, _, summary) in COMMANDS.items()]
+    lines += ["", "`eagle3lab COMMAND --help` shows a command's options."]
     return "\n".join(lines)
 
 
@@ -56,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"eagle3lab {version('eagle3lab')}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"eagle3lab: unknown command '{name}'\n\n{usage()}", file=sys.stderr)

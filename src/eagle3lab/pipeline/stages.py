@@ -1,14 +1,17 @@
 """Run one pipeline stage: notebooks/NN_NAME.ipynb through papermill with params.yaml's `common` section plus
 section NAME, working directory the repository root, output reports/NN_NAME.ipynb.
 
-Papermill only warns about a parameter the notebook does not declare; here any mismatch between the params
-section and the notebook's `parameters` cell is an error naming the stage and the key, raised before running.
+Papermill only warns about a parameter the notebook does not declare; here the whole params file is checked before
+running: every section is `common`, a stage or one of OTHER_SECTIONS, every `common` key is a parameter of some
+stage, every key of the stage's section one of its notebook's, and the notebook's parameters are all set. Each
+mismatch is an error naming the file, the section and the key (with the closest known name).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import json
 import re
 import sys
@@ -21,19 +24,28 @@ from eagle3lab import paths
 from eagle3lab.io import atomic_path
 
 SHARED_SECTION = "common"
+# Params sections that are no stage's, and what reads each: a stage never receives them.
+OTHER_SECTIONS = {"sglang": "`eagle3lab sglang` (SGLang server settings, params/gpu-llama3-8b.yaml)"}
 
 
 class StageError(RuntimeError):
     pass
 
 
+def stage_notebooks(notebooks: Path | None = None) -> dict[str, Path]:
+    """Stage name -> its notebook (NN_NAME.ipynb), in DAG order."""
+    found = sorted((notebooks or paths.NOTEBOOKS).glob("[0-9][0-9]_*.ipynb"))
+    return {p.stem.split("_", 1)[1]: p for p in found}
+
+
 def notebook_for(stage: str, notebooks: Path | None = None) -> Path:
-    notebooks = notebooks or paths.NOTEBOOKS
-    found = sorted(notebooks.glob(f"[0-9][0-9]_{stage}.ipynb"))
-    if not found:
-        known = sorted(p.stem.split("_", 1)[1] for p in notebooks.glob("[0-9][0-9]_*.ipynb"))
-        raise StageError(f"no notebook for stage '{stage}' in {notebooks} (known stages: {', '.join(known)})")
-    return found[0]
+    found = stage_notebooks(notebooks)
+    if stage not in found:
+        raise StageError(
+            f"no notebook for stage '{stage}' in {notebooks or paths.NOTEBOOKS} "
+            f"(known stages: {', '.join(sorted(found))})"
+        )
+    return found[stage]
 
 
 def declared_parameters(notebook: Path) -> dict[str, object]:
@@ -69,8 +81,48 @@ def load_params(params_file: Path | None = None) -> dict:
     return params
 
 
+def _named(names, known) -> str:
+    """`names` as a list, each with the closest of `known` where one is close: ['devcie' (did you mean 'device'?)]."""
+    listed = []
+    for name in names:
+        close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
+        listed.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return f"[{', '.join(listed)}]"
+
+
+def check_params(params: dict, params_file: Path, notebooks: Path | None = None) -> None:
+    """Refuse a section that is not `common`, a stage or one of OTHER_SECTIONS, a section that is not a mapping, and
+    a `common` key that no stage declares: a stage receives only the names its notebook declares, so a misspelled
+    section or shared key would otherwise be read past."""
+    declared = {stage: declared_parameters(nb) for stage, nb in stage_notebooks(notebooks).items()}
+    sections = [SHARED_SECTION, *declared, *OTHER_SECTIONS]
+    problems = []
+    unknown = [name for name in params if name not in sections]
+    if unknown:
+        others = ", ".join(f"'{name}', read by {reader}" for name, reader in OTHER_SECTIONS.items())
+        problems.append(
+            f"unknown section(s) {_named(unknown, sections)}: a section is '{SHARED_SECTION}', a stage's "
+            f"({', '.join(declared)}) or {others}"
+        )
+    for name in [SHARED_SECTION, *declared]:
+        if not isinstance(params.get(name) or {}, dict):
+            problems.append(f"section '{name}' should be a mapping of keys, got {type(params[name]).__name__}")
+    parameters = {k for names in declared.values() for k in names}
+    shared = params.get(SHARED_SECTION)
+    unshared = [k for k in shared if k not in parameters] if isinstance(shared, dict) else []
+    if unshared:
+        problems.append(
+            f"section '{SHARED_SECTION}': key(s) {_named(unshared, parameters)} are no stage's parameters (a stage's "
+            f"parameters are the names its notebook's `parameters` cell assigns)"
+        )
+    if problems:
+        raise StageError("\n".join(f"{params_file}: {p}" for p in problems))
+
+
 def stage_parameters(stage: str, notebook: Path, params: dict, params_file: Path) -> dict:
-    """The parameters papermill receives: every key of section `stage`, plus the shared keys the notebook declares."""
+    """The parameters papermill receives: every key of section `stage`, plus the shared keys the notebook declares;
+    the whole params file is checked first (check_params)."""
+    check_params(params, params_file, notebook.parent)
     if stage not in params:
         raise StageError(f"{params_file}: no section '{stage}' for stage '{stage}'")
     section = params[stage] or {}
@@ -79,12 +131,12 @@ def stage_parameters(stage: str, notebook: Path, params: dict, params_file: Path
     unknown = [k for k in section if k not in declared]
     if unknown:
         raise StageError(
-            f"stage '{stage}': params key(s) {unknown} in {params_file} section '{stage}' are not parameters of "
+            f"{params_file}: section '{stage}': key(s) {_named(unknown, declared)} are not parameters of "
             f"{notebook.name} (it declares: {', '.join(declared)})"
         )
     overlap = [k for k in section if k in shared]
     if overlap:
-        raise StageError(f"stage '{stage}': key(s) {overlap} are both in section '{stage}' and in '{SHARED_SECTION}'")
+        raise StageError(f"{params_file}: key(s) {overlap} are both in section '{stage}' and in '{SHARED_SECTION}'")
     values = {k: v for k, v in shared.items() if k in declared} | dict(section)
     missing = [k for k in declared if k not in values]
     if missing:
@@ -189,7 +241,7 @@ def run_stage(stage: str, params_file: Path | None = None, output: Path | None =
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.stages", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.stages", description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", help="stage name, e.g. dataset_survey (runs notebooks/NN_dataset_survey.ipynb)")
     parser.add_argument("--params", type=Path, default=None, help="params file (default: params.yaml at the repo root)")
     parser.add_argument("--output", type=Path, default=None, help="executed notebook (default: reports/NN_NAME.ipynb)")

@@ -8,7 +8,10 @@ measures regeneration throughput; `eagle3lab regen onpolicy` compares llama.cpp'
     eagle3lab regen onpolicy [--n 64] [--max-new-tokens 256]
 
 Output is appended record by record; --resume continues a killed run; errors and skipped inputs get their own files
-beside OUT, and every run ends by checking success + error + skipped = input.
+beside OUT, and every run ends by checking success + error + skipped = input. Exit status: 0 every input accounted
+for and some regenerated; 1 errors, an aborted run or an accounting mismatch (rerun with --resume); 2 bad arguments
+or input, or nothing regenerated (an empty input, every record skipped or failed: the first reasons are printed); 3
+no server reachable.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """Regenerate every assistant turn of a ShareGPT-style dataset with the target, so the draft learns the target's own
 distribution: `regenerate()` locks the output, plans the input, opens a backend (local: regen.local; openai:
 regen.openai; llamacpp: regen.openai against the llama-server regen.llamacpp starts), writes record by record
-(regen.files) and ends by checking success + error + skipped = input. `sampled_settings` is stage 02's second run: the
-first prompts again, sampled."""
+(regen.files) and ends by checking success + error + skipped = input. A run with nothing to regenerate (an empty
+input) or that regenerated nothing (every record skipped or failed) is a RegenError naming the first reasons.
+`sampled_settings` is stage 02's second run: the first prompts again, sampled."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import os
 import time
 from collections.abc import Callable
@@ -16,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle3lab.io import read_jsonl
 from eagle3lab.regen.errors import RegenError
 from eagle3lab.regen.files import Accounting, RunFiles, side_path
 from eagle3lab.regen.inputs import Job, PromptLength, Skip, messages_for, read_inputs
@@ -23,6 +26,7 @@ from eagle3lab.regen.progress import Progress
 from eagle3lab.regen.settings import RegenSettings, resolve_backend
 
 SERVER_LOG_SUFFIX = ".server.log"  # the llamacpp backend's llama-server output, beside OUT
+SHOWN_REASONS = 5  # reasons a run that regenerated nothing prints; its skipped and errors files hold every one
 
 
 @dataclass
@@ -220,6 +224,9 @@ def regenerate(
     s = settings or RegenSettings(**overrides)
     s = dataclasses.replace(s, backend=resolve_backend(s.backend, s.device))
     items = read_inputs(input, s.max_turns, s.limit)
+    if not items:
+        why = "--limit is 0" if s.limit == 0 else "the file is empty or every line is blank"
+        raise RegenError(f"input {input} has no records to regenerate ({why})")
     files = RunFiles(output)
     with contextlib.ExitStack() as stack:  # the lock and a started server, released in reverse order
         stack.enter_context(files.locked())  # before any server starts or file opens: one run per OUT
@@ -245,7 +252,25 @@ def regenerate(
             files.close()
     result = RunResult(files.accounting(len(items)), progress.tokens, time.time() - progress.started, aborted)
     _report(result, progress, files, s, log)
+    if not result.accounting.success:
+        raise _nothing_regenerated(result.accounting, files, input)
     return result
+
+
+def _nothing_regenerated(acc: Accounting, files: RunFiles, input) -> RegenError:
+    """The error of a run whose output holds no record: counts, the first reasons and the files that hold them all."""
+    skips = (row["reason"] for row in read_jsonl(files.skipped))
+    errors = (
+        f"{input}: line {row['line']} (id {row['source_id']!r}): {row['error']}" for row in read_jsonl(files.errors)
+    )
+    reasons = list(itertools.islice(itertools.chain(skips, errors), SHOWN_REASONS))
+    where = [str(path) for path, n in ((files.skipped, acc.skipped), (files.errors, acc.errors)) if n]
+    counts = f"{acc.skipped} skipped, {acc.errors} failed" + (f", {acc.pending} not run" if acc.pending else "")
+    return RegenError(
+        f"no record regenerated into {files.out} ({counts} of {acc.input} input records); first reasons:\n  "
+        + "\n  ".join(reasons)
+        + f"\nevery reason: {', '.join(where)}"
+    )
 
 
 def _report(result: RunResult, progress: Progress, files: RunFiles, s: RegenSettings, log) -> None:

@@ -39,7 +39,7 @@ class ServeSettings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="eagle3lab serve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="eagle3lab serve", description=__doc__.split("\n\n")[0])
     add_options(parser, ServeSettings)
     settings = from_options(parser.parse_args(argv), ServeSettings)
     try:
