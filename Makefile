@@ -71,13 +71,17 @@ test: setup data model vllm llamacpp specforge lint
 # Stage commands call `python`: put the project's environment first on PATH.
 repro: setup data model vllm llamacpp
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
-	$(BIN)/python -m eagle3lab.pipeline.report  # README's Results section, from metrics/
+	$(BIN)/python -m eagle3lab.pipeline.report  # docs/results.md's generated tables, from metrics/
 
 smoke: setup data model llamacpp
 	$(BIN)/python -m eagle3lab.pipeline.smoke
 
-# Rooted at the repository: notebooks/ to run, reports/ (executed notebooks) and figures/ to read.
+# Rooted at the repository: notebooks/ to run, reports/ (executed notebooks) and figures/ to read. .jupyter/overrides.json
+# goes into the environment's JupyterLab defaults (its overrides.d), so README.md and docs/ open as Markdown Preview,
+# not as text; the user's own JupyterLab settings still win.
 lab: setup
+	mkdir -p $(VENV)/share/jupyter/lab/settings/overrides.d
+	cp .jupyter/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.d/eagle3lab.json
 	$(BIN)/jupyter lab --notebook-dir=.
 
 clean-venv:

@@ -1,6 +1,7 @@
 """Repository invariants: clean notebooks, one environment described twice in step, data provably identical."""
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from eagle3lab.paths import NOTEBOOKS, ROOT
+from eagle3lab.paths import METRICS, NOTEBOOKS, ROOT
 from eagle3lab.pipeline import report
 
 
@@ -49,9 +50,144 @@ def test_fetched_data_matches_data_dvc():
     assert "up to date" in out.stdout, out.stdout
 
 
-def test_readme_results_are_rendered_from_the_committed_metrics():
-    readme = ROOT / "README.md"
-    assert report.update(readme, report.render()) == readme.read_text(), "run python -m eagle3lab.pipeline.report"
+def test_results_page_is_rendered_from_the_committed_metrics():
+    page = report.PAGE
+    assert page == ROOT / "docs" / "results.md"
+    assert report.update(page, report.render()) == page.read_text(), "run python -m eagle3lab.pipeline.report"
+    assert report.main(["--check"]) == 0
+
+
+README_LINES, HEADLINE_BY, PARAGRAPH_WORDS = 220, 40, 80
+HEADLINE = "## What the reference run found"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _prose_paragraphs(text: str) -> list[str]:
+    """Blank-line separated blocks outside code fences and tables; each list item counts as a paragraph."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = [line for line in block.splitlines() if not line.startswith(("|", "#"))]
+        paragraphs += [p for p in re.split(r"\n(?=- )", "\n".join(lines)) if p.strip()]
+    return paragraphs
+
+
+def test_readme_is_a_short_front_door_with_the_answer_first():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_LINES, f"README.md has {len(lines)} lines; move detail to docs/"
+    assert HEADLINE in lines[:HEADLINE_BY], f"README's {HEADLINE!r} must start within its first {HEADLINE_BY} lines"
+    long = [p[:60] for p in _prose_paragraphs("\n".join(lines)) if len(p.split()) > PARAGRAPH_WORDS]
+    assert not long, f"README paragraphs over {PARAGRAPH_WORDS} words: {long}"
+    assert "://" not in "\n".join(lines), "README names nothing outside the repository"
+
+
+def _headline_figures() -> list[str]:
+    """README's headline figures as the committed metrics/ give them: the flags (stage 06), then the final and the
+    6,960 drafts locally at the best config and in vLLM at tune's pick, then plain llama.cpp (stage 04), MT-bench."""
+    diagnosis, bench = (json.loads((METRICS / f"{n}.json").read_text()) for n in ("diagnosis", "benchmark"))
+    modes = {m["mode"]: m for m in diagnosis["modes"]}
+
+    def mtbench(rows, system, config, engine=None):
+        return next(
+            r
+            for r in rows
+            if (r["set"], r["system"], r["config"]) == ("mtbench", system, config) and r.get("engine", engine) == engine
+        )
+
+    local = {d: mtbench(bench["final"]["rows"], d, bench["best_config"]) for d in ("final", "smollm2-original-6960")}
+    vllm = {d: mtbench(bench["vllm"]["rows"], d, t["decision"], "vllm") for d, t in bench["vllm"]["tuned"].items()}
+    llamacpp = mtbench(bench["llamacpp"]["rows"], "baseline", "1,0,0,0", "llamacpp")
+    two = [
+        modes["eagle"]["accept_length"],
+        modes["eagle"]["speedup_vs_baseline"],
+        modes["eagle3"]["accept_length"],
+        modes["eagle3"]["speedup_vs_baseline"],
+        local["final"]["accept_length"],
+        local["final"]["speedup_vs_baseline"],
+        vllm["final"]["speedup_vs_baseline"],
+        local["smollm2-original-6960"]["accept_length"],
+        local["smollm2-original-6960"]["speedup_vs_baseline"],
+        vllm["smollm2-original-6960"]["speedup_vs_baseline"],
+    ]
+    return [f"{x:.2f}" for x in two] + [f"{llamacpp['tokens_per_s']:.1f}", f"{llamacpp['speedup_vs_local']:.1f}"]
+
+
+def test_readme_headline_figures_are_the_committed_metrics():
+    """README's headline states exactly the figures metrics/ holds, in order, and nothing else with decimals."""
+    readme = (ROOT / "README.md").read_text()
+    headline = readme.split(HEADLINE, 1)[1].split("\n## ", 1)[0]
+    bench = json.loads((METRICS / "benchmark.json").read_text())
+    assert re.findall(r"(?<![\d.])(?<!\d,)(\d+\.\d+)(?!\d|,\d)", headline) == _headline_figures()
+    assert f"`{bench['best_config']}`" in headline
+    assert f"of the {bench['final']['meta']['prompts']} benchmarked" in headline
+
+
+def _links(path: Path) -> list[str]:
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+def _anchor(heading: str) -> str:
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_in_readme_and_docs_resolves():
+    broken = []
+    for page in PAGES:
+        for link in _links(page):
+            if "://" in link or link.startswith("mailto:"):
+                continue
+            target, _, anchor = link.partition("#")
+            file = (page.parent / target).resolve() if target else page
+            if not file.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {link}")
+            elif anchor and file.suffix == ".md":
+                headings = [_anchor(h) for h in re.findall(r"^#+ (.*)$", file.read_text(), re.M)]
+                if anchor not in headings:
+                    broken.append(f"{page.relative_to(ROOT)}: {link} (no such heading)")
+    assert not broken, "links to nothing:\n" + "\n".join(broken)
+
+
+def test_every_docs_page_is_linked_from_readme():
+    linked = {(ROOT / link.partition("#")[0]).resolve() for link in _links(ROOT / "README.md")}
+    orphans = [p.name for p in PAGES[1:] if p.resolve() not in linked]
+    assert not orphans, f"docs pages README does not link: {orphans}"
+
+
+def _console_steps(text: str) -> list[tuple[str, list[str]]]:
+    """The commands of README's console block, each with the output lines shown under it."""
+    block = re.search(r"^```console\n(.*?)^```", text, re.S | re.M).group(1)
+    steps: list[tuple[str, list[str]]] = []
+    lines = iter(block.splitlines())
+    for line in lines:
+        if line.startswith("$ "):
+            command = line[2:]
+            while command.endswith("\\"):  # a continued line, run as the shell would
+                command += "\n" + next(lines)
+            steps.append((command, []))
+        else:
+            steps[-1][1].append(line)
+    return steps
+
+
+def test_readme_doctor_example_runs_as_shown():
+    """README's one-minute example, run: each command's exit code is the one its output shows, and every output
+    line shown is a line of the real output, in order (README may leave lines out)."""
+    steps = _console_steps((ROOT / "README.md").read_text())
+    eagle3lab = str(Path(sys.executable).with_name("eagle3lab"))
+    script = "".join(command.replace(".venv/bin/eagle3lab", eagle3lab) + '\necho "@@exit $?"\n' for command, _ in steps)
+    out = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    runs = out.stdout.split("@@exit ")
+    assert len(runs) == len(steps) + 1, out.stdout + out.stderr
+    for i, (command, shown) in enumerate(steps):
+        real = runs[i].split("\n", 1)[1] if i else runs[i]  # each run after the first starts with its exit code
+        code = int(runs[i + 1].split("\n", 1)[0])
+        lines = iter(real.splitlines())
+        for line in shown:
+            assert any(line == got for got in lines), f"{command[:60]}...: {line!r} not in its output:\n{real}"
+        for line in shown:
+            if m := re.match(r"exit (\d+):", line):
+                assert int(m.group(1)) == code, f"{command[:60]}...: exits {code}, README shows {line!r}"
 
 
 def test_notebooks_run_in_dag_order_on_the_project_kernel():

@@ -1,5 +1,5 @@
-"""README's sections on the real engines, rendered from stage 04's and 06's metrics: each engine's rows and tune
-decisions, where a llama.cpp round's time goes, one table of engines, and the seeds' trap in llama.cpp."""
+"""The results page's sections on the real engines, rendered from stage 04's and 06's metrics: each engine's rows
+and tune decisions, where a llama.cpp round's time goes, one table of engines, and the seeds' trap in llama.cpp."""
 
 from __future__ import annotations
 

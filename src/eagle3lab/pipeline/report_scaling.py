@@ -1,13 +1,13 @@
-"""README's scaling section (stage 05's metrics/scaling.json): the fit and its parameters, the conversations each
-engine needs, the drafts trained elsewhere beside the curve, and the data questions (regenerated against original
-and T=0 against T=0.7 at equal tokens, per-source drafts against the on-policy score), each with its interval.
-Sections whose keys a scaling.json from before issue 26 lacks are left out."""
+"""The results page's scaling section (stage 05's metrics/scaling.json): the fit and its parameters, the
+conversations each engine needs, the drafts trained elsewhere beside the curve, and the data questions (regenerated
+against original and T=0 against T=0.7 at equal tokens, per-source drafts against the on-policy score), each with its
+interval. Sections whose keys a scaling.json from before issue 26 lacks are left out."""
 
 from __future__ import annotations
 
 from eagle3lab.benchmark.comparisons import ALL_SETS
 from eagle3lab.benchmark.scaling import BEYOND, describe_parameter, fitted_size, speedup_label
-from eagle3lab.pipeline.report_tables import table
+from eagle3lab.pipeline.report_tables import figure, table
 
 
 def with_interval(value: float, low: float | None, high: float | None, fmt: str = "+.3f") -> str:
@@ -139,7 +139,7 @@ def _paired(s: dict) -> str:
         )
     return (
         "\n\nAt equal target tokens, each draft's accept length against its regenerated (T=0) partner, paired by "
-        f"prompt over all sets:\n\n{table(header, rows)}\n\n![paired](figures/scaling_paired_differences.png)"
+        f"prompt over all sets:\n\n{table(header, rows)}\n\n{figure('paired', 'scaling_paired_differences.png')}"
         + unmatched
     )
 
@@ -170,7 +170,7 @@ def _sources(s: dict) -> str:
     header = ["source", "conversations", "answer tokens", "accept length [90% CI]", "on-policy NLL [CI]"]
     return (
         "\n\nOne draft per source at equal answer tokens, accept length over every evaluation prompt against the "
-        f"source's on-policy score:\n\n{table(header, rows)}\n\n{verdict}\n\n![sources](figures/scaling_sources.png)"
+        f"source's on-policy score:\n\n{table(header, rows)}\n\n{verdict}\n\n{figure('sources', 'scaling_sources.png')}"
     )
 
 
@@ -220,7 +220,9 @@ def scaling(s: dict) -> str:
         f"more data over to their 2.1 gives: {proj}."
         + _paired(s)
         + _sources(s)
-        + "\n\n![scaling](figures/scaling_accept_length.png)\n"
+        + "\n\n"
+        + figure("scaling", "scaling_accept_length.png")
+        + "\n"
         + (
             f"\nTuned config {s['tuned']['config']}: a round costs {s['tuned']['round_ms']:.1f} ms, break-even accept "
             f"length **{s['tuned']['break_even_tau']:.2f}**, 2x needs **{s['tuned']['tau_for_2x']:.2f}**.\n"

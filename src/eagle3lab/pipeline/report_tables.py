@@ -1,11 +1,19 @@
-"""The report's table helpers: a metrics file read, a Markdown table written, a table's rows picked from records.
-Every report module (`report`, `report_engines`, `compare`) writes its tables through these."""
+"""The report's table helpers: a metrics file read, a Markdown table written, a table's rows picked from records, a
+figure linked. Every report module (`report`, `report_engines`, `report_scaling`, `compare`) writes through these."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+
+# The results page is docs/results.md: its figure links climb one folder to figures/.
+FIGURES = "../figures"
+
+
+def figure(alt: str, name: str) -> str:
+    """A figure of figures/ as the results page links it."""
+    return f"![{alt}]({FIGURES}/{name})"
 
 
 def load_metrics(metrics: Path, name: str) -> dict | None:
