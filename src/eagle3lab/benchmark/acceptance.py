@@ -1,0 +1,190 @@
+"""Exact offline acceptance: a greedy chain draft's accept length, measured without decoding.
+
+At temperature 0 the target's answer does not depend on the draft, so what a chain of depth k accepts in each round
+is fixed by that answer: the draft runs teacher-forced along it (every position at once, as training's TTT unroll
+does), and each round counts the draft's run of tokens up to its first miss, exactly as the engine's greedy
+verification does. A token outside the draft vocabulary is a miss. The walk then moves past the accepted run plus
+the target's bonus token, like the engine. So one target forward per prompt scores every draft at every depth, and
+the figure equals the local engine's online accept length prompt by prompt (tests/test_acceptance.py, SmolLM2 in
+float32), with no timing noise and no bf16 text drift between drafts.
+
+Accept length here is the engine's: (answer tokens - 1) / rounds (the prefill's token is not a round's)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+
+def draft_hits(draft, aux: torch.Tensor, ids: torch.Tensor, depth: int) -> torch.Tensor:
+    """[depth, T] bool: hit[j, t] says the chain rooted at draft position t (the target's feature at t, token t+1)
+    drafts token t+2+j correctly, given tokens t+1..t+1+j were right. Positions past the text are misses."""
+    t = ids.numel()
+    dtype = next(draft.parameters()).dtype
+    with torch.inference_mode():
+        hidden = draft.project(aux.to(dtype))
+        inputs = F.pad(ids[1:], (0, 1))
+        positions = torch.arange(t)[None]
+        logits = draft.ttt_forward(inputs[None], hidden[None], positions, depth)
+    hits = torch.zeros(depth, t, dtype=torch.bool)
+    for j, step in enumerate(logits):
+        predicted = draft.draft_to_target(step[0].argmax(-1))
+        n = t - 2 - j
+        if n > 0:
+            hits[j, :n] = predicted[:n] == ids[2 + j :]
+    return hits
+
+
+def walk(hits: torch.Tensor, prompt_tokens: int, answer_tokens: int, depth: int) -> list[int]:
+    """Draft tokens accepted in each round of a chain of `depth` along an answer of `answer_tokens` tokens.
+
+    The prefill emits the first answer token; each round accepts the draft's leading hits and adds the target's bonus
+    token, until the answer is complete (the engine stops the same way, at the answer's length or its stop token)."""
+    rounds, emitted, anchor = [], 1, prompt_tokens - 1
+    row = hits[:depth].tolist()
+    while emitted < answer_tokens:
+        m = 0
+        while m < depth and row[m][anchor]:
+            m += 1
+        rounds.append(m)
+        emitted += m + 1
+        anchor += m + 1
+    return rounds
+
+
+@dataclass
+class PromptAcceptance:
+    """One draft on one prompt at one depth: the unit every interval resamples."""
+
+    draft: str
+    set: str
+    prompt: str
+    depth: int
+    tokens: int  # answer tokens after the prefill's first: what the rounds emitted
+    accepted: list[int] = field(repr=False)  # per round
+
+    @property
+    def rounds(self) -> int:
+        return len(self.accepted)
+
+    @property
+    def accept_length(self) -> float:
+        return self.tokens / self.rounds if self.rounds else 1.0
+
+
+def evaluate(drafts: dict, target, records, depths: list[int], progress: bool = True) -> list[PromptAcceptance]:
+    """PromptAcceptance of every draft (name -> Eagle3Draft) at every depth on every record: one target forward per
+    record serves them all, so the drafts must read the same target layers."""
+    from tqdm import tqdm
+
+    from eagle3lab.benchmark.eval_set import teacher_forced
+    from eagle3lab.models.target import aux_hidden_indices
+
+    layers = {name: aux_hidden_indices(target.num_layers, d.config.aux_layer_ids) for name, d in drafts.items()}
+    if len({tuple(v) for v in layers.values()}) > 1:
+        raise ValueError(f"the drafts read different target layers ({layers}): evaluate them separately")
+    layer_ids = next(iter(drafts.values())).config.aux_layer_ids
+    deepest = max(depths)
+    out = []
+    forced = teacher_forced(target, records, layer_ids)
+    for tf in tqdm(forced, total=len(records), disable=not progress, desc="acceptance"):
+        prompt_tokens = len(tf.record.prompt_ids)
+        for name, draft in drafts.items():
+            hits = draft_hits(draft, tf.aux, tf.ids, deepest)
+            for depth in depths:
+                accepted = walk(hits, prompt_tokens, tf.answer_tokens, depth)
+                out.append(
+                    PromptAcceptance(name, tf.record.set, tf.record.id, depth, max(tf.answer_tokens - 1, 0), accepted)
+                )
+    return out
+
+
+def pooled(rows: list[PromptAcceptance]) -> dict:
+    """Accept length (emitted tokens over rounds, pooled over prompts) and the share of rounds that accepted at
+    least d draft tokens, d = 1..depth."""
+    rounds = sum(r.rounds for r in rows)
+    depth = max((r.depth for r in rows), default=0)
+    return {
+        "prompts": len(rows),
+        "rounds": rounds,
+        "accept_length": round(sum(r.tokens for r in rows) / rounds, 4) if rounds else 1.0,
+        "position_acceptance": [
+            round(sum(a >= d for r in rows for a in r.accepted) / rounds, 4) if rounds else 0.0
+            for d in range(1, depth + 1)
+        ],
+    }
+
+
+def table(rows: list[PromptAcceptance]) -> list[dict]:
+    """One pooled row per draft, depth and set, plus the sets together ("all")."""
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        groups.setdefault((r.draft, r.depth, r.set), []).append(r)
+        groups.setdefault((r.draft, r.depth, "all"), []).append(r)
+    return [{"draft": d, "depth": k, "set": s, **pooled(g)} for (d, k, s), g in groups.items()]
+
+
+def per_prompt(rows: list[PromptAcceptance]) -> list[dict]:
+    """The rows as plain dicts (tokens and rounds per prompt: what intervals resample)."""
+    return [
+        {"draft": r.draft, "set": r.set, "prompt": r.prompt, "depth": r.depth, "tokens": r.tokens, "rounds": r.rounds}
+        for r in rows
+    ]
+
+
+def main(argv=None) -> int:
+    from eagle3lab.benchmark.eval_set import DEFAULT_SETS, build_eval_set, summary
+    from eagle3lab.benchmark.systems import load_bench_draft
+    from eagle3lab.devices import resolve_device
+    from eagle3lab.io import write_json
+    from eagle3lab.models.target import DEFAULT_TARGET, load_target
+    from eagle3lab.paths import ARTIFACTS
+
+    parser = argparse.ArgumentParser(
+        prog="eagle3lab acceptance",
+        description="Exact offline accept length of chain drafts on the target's own greedy answers to the "
+        "evaluation sets (no decoding, no timing): one target forward per prompt scores every draft at every depth.",
+    )
+    parser.add_argument("drafts", nargs="+", help="draft folders (name=folder to label one)")
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="target spec, model folder or HF id")
+    parser.add_argument("--depths", default="3,5", help="comma-separated chain depths (steps), e.g. 3,5")
+    parser.add_argument(
+        "--sets", default=",".join(f"{k}:{v or 'all'}" for k, v in DEFAULT_SETS.items()), help="SET:N|all,..."
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="answer length (tokens)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="target and drafts")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument("--cache", default=str(ARTIFACTS / "eval"), help="folder of cached evaluation sets")
+    parser.add_argument("--output", help="write the table and the per-prompt rows to this JSON file")
+    args = parser.parse_args(argv)
+    sets = {}
+    for part in args.sets.split(","):
+        name, _, n = part.partition(":")
+        sets[name.strip()] = None if n in ("", "all") else int(n)
+    depths = [int(d) for d in args.depths.split(",")]
+    dtype = getattr(torch, args.dtype)
+    target = load_target(args.target, dtype=dtype, device=resolve_device(args.device))
+    drafts = {}
+    for spec in args.drafts:
+        name, _, folder = spec.rpartition("=")
+        drafts[name or Path(folder).name] = load_bench_draft(folder, target, dtype)
+    records = build_eval_set(target, args.cache, sets, args.max_new_tokens)
+    rows = evaluate(drafts, target, records, depths)
+    result = {"eval_set": summary(records), "table": table(rows), "per_prompt": per_prompt(rows)}
+    for row in result["table"]:
+        positions = ", ".join(f"{p:.3f}" for p in row["position_acceptance"])
+        print(
+            f"{row['draft']:<28} depth {row['depth']}  {row['set']:<10} prompts {row['prompts']:>4}  "
+            f"accept length {row['accept_length']:.3f}  per position {positions}"
+        )
+    if args.output:
+        write_json(args.output, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
