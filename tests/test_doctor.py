@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import socket
 import struct
 import subprocess
@@ -15,9 +17,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from eagle3lab.doctor.artifacts import missing_local_path
 from eagle3lab.doctor.cli import main
 from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR, OK, WARNING
+from eagle3lab.doctor.launch import LaunchUsageError
 from eagle3lab.doctor.reading import parse_launch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -204,18 +208,171 @@ def test_parse_launch_forms():
         ]
     )
     assert (c.model_path, c.algorithm, c.draft_path) == ("a b", "EAGLE", "/d")
-    assert any("ambiguous" in n for n in c.notes)  # --speculative-draft is ambiguous in current SGLang
-    # the corrected command keeps the user's spelling and quoting
+    # --speculative-draft begins several SGLang options (argparse refuses it): an error, read on as the one meant
+    [ambiguous] = c.errors
+    assert "refuses --speculative-draft," in ambiguous and ambiguous.endswith("did you mean --speculative-draft-model?")
+    # the corrected command keeps the user's spelling and quoting (--speculative-algo is a unique prefix)
     assert c.corrected(algorithm="EAGLE3") == (
-        "python -m sglang.launch_server --model-path 'a b' --speculative-algo EAGLE3 --speculative-draft /d"
+        "python -m sglang.launch_server --model-path 'a b' --speculative-algo EAGLE3 --speculative-draft-model /d"
     )
     eq = parse_launch("sglang serve --model-path /t --speculative-algorithm=EAGLE")
     assert eq.corrected(algorithm="EAGLE3", context_length=4096) == (
         "sglang serve --model-path /t --speculative-algorithm=EAGLE3 --context-length 4096"
     )
-    assert parse_launch("trtllm-serve x --tp 2").notes[0].startswith("not an SGLang launch")
-    assert "not valid shell syntax" in parse_launch("python -m sglang.launch_server --model-path 'x").notes[0]
-    assert any("not an integer" in n for n in parse_launch("sglang serve --model-path t --tp eight").notes)
+    flags_only = parse_launch("--model-path /m/t --tp 2")
+    assert flags_only.notes[0].startswith("not an SGLang launch") and flags_only.tp_size == 2
+    other = parse_launch("python3 -m sglang_router.launch_server --model-path /m/t --tp 2")
+    assert other.errors == [] and other.model_path == "/m/t"  # python's own -m is not read as SGLang's
+    assert parse_launch("sglang serve --model-path t --tp eight").errors == ["--tp 'eight' is not an integer"]
+    assert parse_launch("sglang serve --model-path t --context-length").errors == ["--context-length has no value"]
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("", "blank"),
+        (" \t ", "blank"),
+        ("python -m sglang.launch_server --model-path 'x", "not valid shell syntax"),
+        ("python -m sglang.launch_server --speculative-algorithm EAGLE3", "names no model (--model-path)"),
+        ("trtllm-serve x --tp 2", "not an SGLang launch"),
+        ("vllm serve --max-model-len 4096", "names no model (--model)"),
+        ("llama-server -md d.gguf --spec-type draft-eagle3", "names no model (-m)"),
+    ],
+)
+def test_a_line_that_cannot_be_checked_is_bad_usage(line, needle, capsys):
+    with pytest.raises(LaunchUsageError, match=re.escape(needle)):
+        parse_launch(line)
+    assert main(["--launch", line]) == 2
+    assert needle in capsys.readouterr().err
+
+
+# ---- options and values the engine refuses ------------------------------------------------------------------------
+
+
+def test_sglang_unknown_flag_is_an_error_and_the_fix_drops_it(seeds):
+    wrong = seeds_launch(seeds["draft"], "EAGLE").replace("--speculative-algorithm", "--speculative-algoritm")
+    report = diagnose(launch=wrong, target=str(seeds["target"]))
+    [launch] = checks(report, "launch", ERROR)
+    assert "SGLang 0.5.23 has no --speculative-algoritm: did you mean --speculative-algorithm?" in launch.evidence
+    assert launch.fix == wrong.replace("--speculative-algoritm", "--speculative-algorithm")
+    # read on as meant: the draft under EAGLE is the seeds' bug, and no fix keeps the misspelling
+    [bypass] = checks(report, "algorithm", ERROR)
+    assert "fc is bypassed" in bypass.title
+    assert all("--speculative-algoritm" not in (f.fix or "") for f in report.findings)
+    assert report.inputs["launch"] == wrong  # the line as written
+
+
+@pytest.mark.parametrize(
+    "extra, error, kept",
+    [
+        (" --bogus-flag 3", "SGLang 0.5.23 has no --bogus-flag (dropped from the corrected line)", ""),
+        (" --mem-fraction-statc 0.8", "did you mean --mem-fraction-static?", " --mem-fraction-static 0.8"),
+        (" --context_length=8192", "did you mean --context-length?", " --context-length=8192"),
+    ],
+)
+def test_sglang_unknown_flags_in_any_form(seeds, extra, error, kept):
+    line = seeds_launch(seeds["draft"], "EAGLE3")
+    parsed = parse_launch(line + extra)
+    [message] = parsed.errors
+    assert error in message and parsed.argv == shlex.split(line + kept)
+
+
+def test_sglang_unknown_algorithm_is_an_error_read_on_as_the_nearest(seeds):
+    parsed = parse_launch(seeds_launch(seeds["draft"], "EAGEL3"))
+    assert parsed.errors == [
+        "--speculative-algorithm EAGEL3: SGLang 0.5.23 has no such algorithm; did you mean EAGLE3?"
+    ]
+    assert parsed.algorithm == "EAGLE3" and "EAGLE3" in parsed.argv and "EAGEL3" not in parsed.argv
+    assert parse_launch(seeds_launch(seeds["draft"], "eagle3")).errors == []  # SGLang reads it in any case
+
+
+def test_the_engines_common_flags_are_known():
+    """What users, the tests, README and params pass to each engine is no error (each engine's one list)."""
+    lines = [
+        "python -m sglang.launch_server --model-path m --host 0.0.0.0 --port 30000 --tp-size 2 --dp 2 --dtype bfloat16 "
+        "--mem-fraction-static 0.8 --cuda-graph-max-bs 8 --trust-remote-code --attention-backend fa3 "
+        "--chunked-prefill-size 4096 --max-running-requests 64 --enable-torch-compile --kv-cache-dtype fp8_e4m3",
+        "vllm serve m --host 0.0.0.0 --port 8000 --dtype float32 --max-model-len 2048 -tp 2 --tensor-parallel-size 2 "
+        "--gpu-memory-utilization 0.9 --enforce-eager --kv-cache-memory-bytes 1G --distributed-executor-backend uni "
+        "--enable-prefix-caching --no-enable-prefix-caching --trust-remote-code --seed 0 --max-num-seqs 8",
+        "llama-server -m t.gguf -md d.gguf --host 127.0.0.1 --port 8080 -t 2 --threads 2 -np 1 -c 4096 --ctx-size 4096 "
+        "-ngl 99 -ngld 99 --metrics --no-webui --spec-type draft-eagle3 --spec-draft-n-max 2 --spec-draft-p-min 0.5 "
+        "--top-k 0 --top-p 1.0 --min-p 0.0 --spec-synth-rates 1,1 -fa on --jinja",
+    ]
+    for line in lines:
+        assert parse_launch(line).errors == [], line
+
+
+# ---- a path with nothing at it --------------------------------------------------------------------------------------
+
+
+def test_the_one_rule_for_a_missing_path(tmp_path, monkeypatch):
+    """Local (an error when missing): starts with / . ~, has two slashes, names a file an engine reads, or its first
+    folder exists here. Anything else may be a hub id, which the doctor cannot tell from a typo."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "drafts").mkdir()
+    for spec in ("/no/such", "./nope", "~/no-such-eagle3lab-path", "a/b/c", "t.gguf", "drafts/final", tmp_path / "x"):
+        assert missing_local_path(spec), spec
+    for spec in ("org/name", "name", "drafts", ".", tmp_path):
+        assert not missing_local_path(spec), spec
+
+
+@pytest.mark.parametrize(
+    "line, model_flag, draft_flag",
+    [
+        (
+            "python -m sglang.launch_server --model-path {t} --speculative-algorithm EAGLE3 "
+            "--speculative-draft-model-path {d}",
+            "--model-path",
+            "--speculative-draft-model-path",
+        ),
+        (
+            "vllm serve {t} --speculative-config "
+            """'{{"method": "eagle3", "model": "{d}", "num_speculative_tokens": 2}}'""",
+            "--model",
+            '--speculative-config "model"',
+        ),
+        ("llama-server -m {t}.gguf -md {d}.gguf --spec-type draft-eagle3", "-m", "-md"),
+    ],
+)
+def test_a_launch_line_naming_a_missing_path_is_an_error_naming_it(tmp_path, line, model_flag, draft_flag, capsys):
+    line = line.format(t=tmp_path / "target", d=tmp_path / "draft")
+    report = diagnose(launch=line)
+    suffix = ".gguf" if line.startswith("llama-server") else ""
+    by_path = {f.title: f for f in report.errors if "does not exist" in f.title}
+    target, draft = tmp_path / f"target{suffix}", tmp_path / f"draft{suffix}"
+    assert set(by_path) == {f"target {target} does not exist", f"draft {draft} does not exist"}
+    assert f"the launch line's {model_flag}: {target}" in by_path[f"target {target} does not exist"].evidence
+    assert f"the launch line's {draft_flag}: {draft}" in by_path[f"draft {draft} does not exist"].evidence
+    assert not [f for f in report.errors if "does not exist" not in f.title]  # each path said once, nothing else
+    assert main(["--launch", line]) == 1
+    assert f"draft {draft} does not exist" in capsys.readouterr().out
+
+
+def test_readme_wrong_flag_example_in_a_fresh_clone_exits_1(tmp_path, monkeypatch, seeds, capsys):
+    """README's line names artifacts/drafts/final, which a fresh clone does not have yet."""
+    monkeypatch.chdir(tmp_path)
+    line = (
+        f"python -m sglang.launch_server --model-path {seeds['target']} --speculative-algorithm EAGLE "
+        "--speculative-draft-model-path artifacts/drafts/final --speculative-num-steps 4 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 5 --context-length 8192"
+    )
+    assert main(["--launch", line]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR   [draft] draft artifacts/drafts/final does not exist" in out
+    assert f"nothing is at {tmp_path / 'artifacts/drafts/final'}" in out
+
+
+def test_missing_draft_and_target_options_are_errors_too(tmp_path, seeds):
+    report = diagnose(draft=tmp_path / "d", target=str(tmp_path / "t.gguf"))
+    assert [f.title for f in report.errors] == [
+        f"draft {tmp_path / 'd'} does not exist",
+        f"target {tmp_path / 't.gguf'} does not exist",
+    ]
+    assert report.exit_code == 1
+    # the same path given twice is one error
+    line = f"sglang serve --model-path {seeds['target']} --speculative-draft-model-path {tmp_path / 'd'}"
+    assert len(diagnose(launch=line, draft=tmp_path / "d").errors) == 1
 
 
 # ---- the seeds' story ---------------------------------------------------------------------------------------------

@@ -17,9 +17,12 @@ Each bad server is started inside its test, beside the session's good one.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import re
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -139,8 +142,46 @@ def test_llama_server_line_forms():
         == "llama-server -m t.gguf --spec-draft-model d.gguf --spec-type draft-eagle3 -c 2048 --spec-draft-p-min 0"
     )
     assert parse_launch(whole).algorithm == "EAGLE3"
-    notes = parse_launch("llama-server -m t.gguf -md d.gguf --draft-max 4 --spec-type eagle3 -c 4k").notes
-    assert "--draft-max was removed" in notes[0] and "unknown to llama.cpp" in notes[1] and "'4k'" in notes[2]
+
+
+def test_options_and_values_llama_server_refuses_are_errors():
+    """llama-server refuses to start on each (exact option names only); the line is read on as meant."""
+    wrong = parse_launch(
+        "llama-server -m t.gguf -md d.gguf --draft-max 4 --spec-type eagle3 -c 4k --spec-draft-n-mix 1"
+    )
+    assert wrong.errors == [
+        "llama.cpp 11434 removed --draft-max: did you mean --spec-draft-n-max?",
+        "llama.cpp 11434 has no --spec-draft-n-mix: did you mean --spec-draft-n-min?",
+        "--spec-type eagle3: llama.cpp 11434 has no such type; did you mean draft-eagle3?",
+        "-c '4k' is not a number",
+    ]
+    assert wrong.algorithm == "EAGLE3" and (wrong.num_steps, wrong.spec_config["n_min"]) == (4, 1)
+    assert shlex.join(wrong.argv) == (
+        "llama-server -m t.gguf -md d.gguf --spec-draft-n-max 4 --spec-type draft-eagle3 -c 4k --spec-draft-n-min 1"
+    )
+    assert parse_launch("llama-server -m t.gguf --ctx-siz 4096").errors == [
+        "llama.cpp 11434 has no --ctx-siz: did you mean --ctx-size?"  # no prefixes, unlike argparse
+    ]
+    dropped = parse_launch("llama-server -m t.gguf --xyzzy 1 -t 2")
+    assert dropped.errors == ["llama.cpp 11434 has no --xyzzy (dropped from the corrected line)"]
+    assert dropped.argv == ["llama-server", "-m", "t.gguf", "-t", "2"]
+
+
+def test_llamacpp_known_flags_are_llama_servers_own(llamacpp):
+    """The doctor's list is what the built llama-server's --help lists, less the removed options it refuses."""
+    from eagle3lab.engines.llamacpp.build import server_path
+    from eagle3lab.engines.llamacpp.launch_line import KNOWN
+
+    usage = subprocess.run([server_path(), "--help"], capture_output=True, text=True, timeout=60).stdout
+    # each option line: "-c,    --ctx-size N    help"; its names come before the help, two spaces or more apart
+    listed = {
+        name
+        for line in usage.splitlines()
+        for piece in itertools.takewhile(lambda p: p.startswith("-"), re.split(r"\s{2,}", line))
+        for name in re.findall(r"(?:^|, )(-[\w.-]*\w)", piece)
+    }
+    removed = {*KNOWN.renamed, "--spec-ngram-size-n", "--spec-ngram-size-m", "--spec-ngram-min-hits"}
+    assert removed <= listed and listed - removed == KNOWN.names
 
 
 def test_the_engine_line_and_its_draft_folder_are_clean(good_line):

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -198,8 +199,80 @@ def test_vllm_launch_forms():
     d = parse_launch("""vllm serve /m/t -sc '{"model": "/m/d", "num_speculative_tokens": 2}'""")
     assert d.algorithm == "DRAFT_MODEL" and "vLLM infers 'draft_model'" in d.notes[0]  # vLLM guesses by path
     assert parse_launch("""vllm serve /m/t -sc '{"model": "/m/EAGLE3-x"}'""").algorithm == "EAGLE3"
-    assert "not JSON" in parse_launch("vllm serve /m/t --speculative-config {method:eagle3}").notes[0]
     assert not parse_launch("vllm serve /m/t --port 8000").speculative
+
+
+def test_vllm_unknown_flag_is_an_error_and_the_fix_uses_the_flag_meant():
+    spec = """'{"method": "eagle3", "model": "/m/d", "num_speculative_tokens": 2}'"""
+    wrong = parse_launch(f"vllm serve /m/t --max-model-len 2048 --speculative-confg {spec}")
+    assert wrong.errors == ["vLLM 0.32 has no --speculative-confg: did you mean --speculative-config?"]
+    assert wrong.algorithm == "EAGLE3" and wrong.num_steps == 2  # read on as meant: speculation is not silently off
+    report = diagnose(launch=f"vllm serve org/t --max-model-len 2048 --speculative-confg {spec}")
+    [launch] = checks(report, "launch", ERROR)
+    assert launch.fix == f"vllm serve org/t --max-model-len 2048 --speculative-config {spec}"
+    assert report.exit_code == 1 and all("confg" not in (f.fix or "") for f in report.findings)
+    # underscores, prefixes and dotted keys are vLLM's own forms; an option with no near name is dropped
+    forms = parse_launch("vllm serve /m/t --max_model_len=4096 --max-num-seq 8 --speculative_config.method eagle3")
+    assert forms.errors == [] and forms.context_length == 4096
+    dropped = parse_launch("vllm serve /m/t --xyzzy 3 --port 8000")
+    assert dropped.errors == ["vLLM 0.32 has no --xyzzy (dropped from the corrected line)"]
+    assert dropped.argv == ["vllm", "serve", "/m/t", "--port", "8000"]
+
+
+@pytest.mark.parametrize(
+    "config, error",
+    [
+        ("{method:eagle3}", "--speculative-config is not JSON"),
+        ('["eagle3"]', "--speculative-config must be a JSON object"),
+        ('{"method": "eagle3", "model": "/m/d", "num_speculative_tokens": "two"}', '"two" is not an integer'),
+    ],
+)
+def test_vllm_speculative_config_vllm_cannot_read_is_an_error(config, error):
+    parsed = parse_launch(f"vllm serve /m/t --speculative-config {shlex.quote(config)}")
+    [message] = parsed.errors
+    assert error.replace('"two"', "'two'") in message
+    assert checks(diagnose(launch=f"vllm serve org/t --speculative-config {shlex.quote(config)}"), "launch", ERROR)
+
+
+def test_vllm_unknown_speculative_config_key_or_method_is_an_error():
+    """SpeculativeConfig forbids extra fields and takes only its methods: vLLM refuses both before it starts."""
+    wrong = parse_launch(
+        """vllm serve /m/t --speculative-config '{"metod": "eagel3", "model": "/m/d", "num_speculative_tokens": 2}'"""
+    )
+    assert wrong.errors == [
+        "--speculative-config metod: vLLM 0.32 has no such key; did you mean method?",
+        '--speculative-config "method" eagel3: vLLM 0.32 has no such method; did you mean eagle3?',
+    ]
+    assert wrong.spec_config["method"] == "eagle3" and json.loads(wrong.argv[-1]) == wrong.spec_config
+    dotted = parse_launch("vllm serve /m/t --speculative-config.methd=eagle3 --speculative-config.model /m/d")
+    assert "did you mean method?" in dotted.errors[0] and dotted.argv[3] == "--speculative-config.method=eagle3"
+    assert dotted.algorithm == "EAGLE3"
+
+
+def test_vllm_known_flags_are_vllms_own(vllm):
+    """The doctor's lists are what vLLM 0.32's own server parser and SpeculativeConfig take, no more and no less."""
+    from eagle3lab.engines.vllm.environment import python_path
+    from eagle3lab.engines.vllm.fields import METHODS, SPEC_KEYS
+    from eagle3lab.engines.vllm.launch_line import KNOWN
+
+    code = """
+import dataclasses, typing
+from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+def literals(t):
+    return [n for a in typing.get_args(t) for n in (literals(a) if typing.get_origin(a) is typing.Literal else [a])]
+
+parser = make_arg_parser(FlexibleArgumentParser())
+print(*{o for a in parser._actions for o in a.option_strings})
+print(*{f.name for f in dataclasses.fields(SpeculativeConfig) if f.init})
+print(*literals(SpeculativeMethod))
+"""
+    run = subprocess.run([python_path(), "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    options, keys, methods = run.stdout.splitlines()[-3:]
+    assert set(options.split()) == KNOWN.names
+    assert set(keys.split()) == set(SPEC_KEYS) and set(methods.split()) == set(METHODS)
 
 
 def test_vllm_fix_is_the_corrected_speculative_config():

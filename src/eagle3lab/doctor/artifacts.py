@@ -1,5 +1,6 @@
 """What the doctor reads from disk: the draft checkpoint (through eagle3lab.models.checkpoint, the one reader of the
-format; headers only, plus d2t/t2d) and the target's config.json (local folder, embedded target or hub cache)."""
+format; headers only, plus d2t/t2d) and the target's config.json (local folder, embedded target or hub cache), and
+the one rule for a path that should be on this machine and is not."""
 
 from __future__ import annotations
 
@@ -7,6 +8,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle3lab.models.checkpoint import DraftCheckpoint, DraftFormatError, open_checkpoint, read_json
+
+# files the doctor or an engine reads: a name ending in one is a file here, never a hub id
+LOCAL_SUFFIXES = (".gguf", ".json", ".safetensors")
+
+
+def missing_local_path(spec: str | Path) -> bool:
+    """Whether `spec` is a local path with nothing at it: the one rule for every draft and target the doctor is given
+    (--draft, --target, a launch line's model and draft, any engine). A path that does not exist is local when it
+    starts with /, . or ~, has more than one /, ends in a file suffix the engines read, or its first folder exists
+    here (artifacts/... in a clone); anything else ('org/name', 'name') may be a Hugging Face id."""
+    text = str(spec)
+    path = Path(text).expanduser()
+    if path.exists():
+        return False
+    return (
+        text.startswith(("/", ".", "~"))
+        or text.count("/") > 1
+        or text.endswith(LOCAL_SUFFIXES)
+        or (len(path.parts) > 1 and Path(path.parts[0]).exists())
+    )
 
 
 class DoctorInputError(Exception):

@@ -19,6 +19,7 @@ import sys
 from dataclasses import asdict
 
 from eagle3lab.doctor.diagnosis import DoctorSettings, diagnose
+from eagle3lab.doctor.launch import LaunchUsageError
 from eagle3lab.options import add_options, from_options
 
 
@@ -26,8 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eagle3lab doctor",
         description="Check an SGLang, vLLM or llama-server launch line, an EAGLE-3 draft (folder or GGUF), its target "
-        "and a running SGLang, vLLM or llama.cpp server for a silently unused draft. Exit 0: no errors; 1: errors; "
-        "2: bad usage.",
+        "and a running SGLang, vLLM or llama.cpp server for a silently unused draft. Exit 0: no errors; 1: errors (the "
+        "draft cannot work as launched, an option the engine refuses, a named path with nothing at it); 2: bad usage "
+        "(no input, a launch line that is blank, not shell syntax or names no model).",
     )
     add_options(parser, DoctorSettings)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -41,14 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse exits 2 on bad usage, 0 on --help
         return int(e.code or 0)
     settings = from_options(args, DoctorSettings)
-    if not any((settings.launch, settings.draft, settings.target, settings.server)):
+    if settings.launch is None and not any((settings.draft, settings.target, settings.server)):
         parser.print_usage(sys.stderr)
         print("eagle3lab doctor: give at least one of --launch, --draft, --target, --server", file=sys.stderr)
         return 2
     if settings.probes < 0 or settings.probe_tokens < 1 or settings.timeout <= 0:
         print("eagle3lab doctor: --probes >= 0, --probe-tokens >= 1 and --timeout > 0 are required", file=sys.stderr)
         return 2
-    report = diagnose(**asdict(settings))
+    try:
+        report = diagnose(**asdict(settings))
+    except LaunchUsageError as e:
+        print(f"eagle3lab doctor: {e}", file=sys.stderr)
+        return 2
     print(report.to_json() if args.json else report.render())
     return report.exit_code
 

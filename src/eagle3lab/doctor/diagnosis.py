@@ -1,5 +1,7 @@
 """`diagnose`: run every check the inputs allow (launch line, draft, target, running server, in any combination);
-unreadable inputs become findings, never tracebacks.
+unreadable inputs become findings, never tracebacks: a draft or target that is named by a local path and is not there
+is an error naming the path (artifacts.missing_local_path), whoever names it. A launch line that cannot be checked at
+all (blank, not shell syntax, no model) raises LaunchUsageError: bad usage, exit 2 on the command line.
 
 The launch line may be SGLang's, vLLM's or llama.cpp's llama-server (`parse_launch` tells them apart); the server may
 be any of them (SGLang's /server_info, vLLM's /metrics, llama-server's /props). With llama.cpp the draft and target are
@@ -20,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3lab.doctor.algorithm import check_algorithm, check_aux_layers
-from eagle3lab.doctor.artifacts import DoctorInputError, DraftInfo, TargetInfo, read_draft, read_target_config
+from eagle3lab.doctor.artifacts import (
+    DoctorInputError,
+    DraftInfo,
+    TargetInfo,
+    missing_local_path,
+    read_draft,
+    read_target_config,
+)
 from eagle3lab.doctor.fields import check_draft_fields
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding, Report
 from eagle3lab.doctor.launch import Launch
@@ -118,14 +127,17 @@ def diagnose(
     transport=None,
 ) -> Report:
     """Run every check the inputs allow. Any combination of inputs; unreadable ones become findings."""
-    if not any((launch, draft, target, server)):
+    if launch is None and not any((draft, target, server)):
         raise ValueError("diagnose needs at least one of launch, draft, target, server")
-    findings: list[Finding] = []
-    parsed = parse_launch(launch) if launch else None
+    parsed = parse_launch(launch) if launch is not None else None
+    missing = _missing_paths(parsed, draft, target)
+    findings: list[Finding] = list(missing.values())
+    draft, target = (None if spec and str(spec) in missing else spec for spec in (draft, target))
     gguf = _engine_files(parsed, draft, target)
     if gguf is not None:  # an engine's own files (llama.cpp's GGUFs) get its checks, not a folder's or a config's
         draft = None if gguf.owns(draft) else draft
         target = None if gguf.owns(target) else target
+        gguf.draft, gguf.target = (None if path in missing else path for path in (gguf.draft, gguf.target))
     if parsed is not None:
         findings += _launch_findings(parsed, draft)
     # target and draft: the arguments, else the launch line's paths when they are local folders
@@ -134,7 +146,7 @@ def diagnose(
     if target_spec:
         target_info, more = _read_target_finding(target_spec)
         findings += more
-    elif (parsed is not None or draft is not None) and gguf is None:
+    elif (parsed is not None or draft is not None) and gguf is None and not (parsed and parsed.model_path in missing):
         findings.append(
             Finding(
                 "target",
@@ -172,7 +184,7 @@ def diagnose(
     # static checks run on the launch line, or on what the server reports it was launched with
     findings += static_checks(parsed or server_launch, draft_info, target_info, gguf)
     inputs = {
-        "launch": shlex.join(parsed.argv) if parsed and parsed.argv else launch,  # copy-pasteable
+        "launch": shlex.join(parsed.written) if parsed else None,  # copy-pasteable
         "draft": str(draft_spec) if draft_spec else gguf and gguf.draft,
         "target": target_spec or (gguf and gguf.target),
         "server": server,
@@ -180,16 +192,46 @@ def diagnose(
     return Report(findings=findings, inputs=inputs)
 
 
+def _missing_paths(parsed: Launch | None, draft, target) -> dict[str, Finding]:
+    """An error for each draft or target the inputs name by a local path with nothing at it, by path."""
+    named = [("draft", draft, "--draft"), ("target", target, "--target")]
+    if parsed is not None:
+        for what, key in (("draft", "draft_path"), ("target", "model_path")):
+            named.append((what, getattr(parsed, key), f"the launch line's {parsed.flag(key)}"))
+    missing = {}
+    for what, spec, by in named:
+        if spec and str(spec) not in missing and missing_local_path(spec):
+            missing[str(spec)] = Finding(
+                what,
+                ERROR,
+                f"{what} {spec} does not exist",
+                [f"{by}: {spec}", f"a local path (not a hub id such as org/name), and nothing is at {_absolute(spec)}"],
+                fix=f"point {by} at the {what} on this machine",
+            )
+    return missing
+
+
+def _absolute(spec) -> Path:
+    return Path(spec).expanduser().absolute()
+
+
 def _launch_findings(parsed: Launch, draft: str | Path | None) -> list[Finding]:
-    sev = WARNING if parsed.notes else OK
+    sev = ERROR if parsed.errors else WARNING if parsed.notes else OK
+    title = {
+        ERROR: f"{parsed.syntax.known.engine} would refuse this launch line",
+        WARNING: "launch line parsed with problems",
+        OK: "launch line parsed",
+    }[sev]
     summary = (
         f"{parsed.engine}: algorithm {parsed.algorithm}, model {parsed.model_path}, draft {parsed.draft_path}, "
         f"steps/topk/ndraft {parsed.num_steps}/{parsed.topk}/{parsed.num_draft_tokens}, "
         f"context {parsed.context_length}, tp {parsed.tp_size}"
     )
-    launch = Finding(
-        "launch", sev, "launch line parsed" + (" with problems" if parsed.notes else ""), [*parsed.notes, summary]
-    )
+    respelled = parsed.argv != parsed.written
+    evidence = [*parsed.errors, *parsed.notes, summary]
+    if respelled:
+        evidence.append("the other checks read the line as corrected below")
+    launch = Finding("launch", sev, title, evidence, fix=shlex.join(parsed.argv) if respelled else None)
     return [launch, *check_launch_vs_draft_path(parsed, str(draft) if draft else None)]
 
 

@@ -8,7 +8,7 @@ import shlex
 import httpx
 
 from eagle3lab.doctor.findings import ERROR, WARNING, Finding
-from eagle3lab.doctor.launch import Launch
+from eagle3lab.doctor.launch import Launch, LaunchUsageError
 from eagle3lab.doctor.probe import ProbeSettings, probe_requests
 from eagle3lab.engines.registry import ENGINES, entry_for_launch
 from eagle3lab.serving.client import ServerClient
@@ -17,18 +17,27 @@ from eagle3lab.serving.client import ServerClient
 def parse_launch(command: str | list[str]) -> Launch:
     """Parse a server command (shell quoting and line continuations) with the reader of the engine it starts:
     vLLM's (`vllm serve`, `-m vllm.entrypoints.openai.api_server`), llama.cpp's `llama-server`, anything else as
-    SGLang's `python -m sglang.launch_server ...` / `sglang serve ...`."""
-    launch = Launch(source="launch line")
+    SGLang's `python -m sglang.launch_server ...` / `sglang serve ...`. A line that cannot be checked at all (blank,
+    not shell syntax, no model) raises LaunchUsageError."""
     if isinstance(command, str):
         try:
             argv = shlex.split(command.replace("\\\r\n", " ").replace("\\\n", " "))
         except ValueError as e:
-            launch.notes.append(f"the launch line is not valid shell syntax ({e})")
-            return launch
+            raise LaunchUsageError(f"the launch line is not valid shell syntax ({e}): {command}") from None
     else:
         argv = [str(a) for a in command]
-    launch.argv = [a for a in argv if a.strip()]
-    return entry_for_launch(launch.argv).read_launch(launch)
+    argv = [a for a in argv if a.strip()]
+    if not argv:
+        raise LaunchUsageError("the launch line is blank: give the server command, quoted")
+    launch = Launch(source="launch line", argv=argv, written=list(argv))
+    entry_for_launch(argv).read_launch(launch)
+    if not launch.model_path:
+        why = "; ".join(launch.notes + launch.errors)
+        raise LaunchUsageError(
+            f"the launch line names no model ({launch.flag('model_path')}): {shlex.join(argv)}"
+            + (f" ({why})" if why else "")
+        )
+    return launch
 
 
 def check_server(

@@ -1,5 +1,6 @@
 """What vLLM 0.32 reads from an EAGLE-3 draft's config.json (read from its source): which model class it builds
-from the architecture name, which target layers it captures, and the other fields that change what it serves."""
+from the architecture name, which target layers it captures, and the other fields that change what it serves; and the
+--speculative-config keys and methods it takes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,27 @@ from eagle3lab.models.target import TargetError
 
 METHOD_ALGORITHMS = {"eagle3": "EAGLE3", "eagle": "EAGLE"}  # vLLM's method -> the algorithm the checks know
 ALGORITHM_METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "eagle"}
+# SpeculativeConfig's fields and methods in vLLM 0.32 (config/speculative.py): --speculative-config with any other
+# key or method refuses to start (extra fields are forbidden)
+_SPEC_KEYS_TEXT = """
+    attention_backend code_revision disable_eagle_block_drop disable_padded_drafter_batch draft_load_config
+    draft_model_config draft_parallel_config draft_sample_method draft_tensor_parallel_size dspark_draft_topk
+    enable_adaptive_verification enforce_eager index_share_for_mtp_iteration kv_cache_dtype max_model_len method model
+    moe_backend num_speculative_tokens num_speculative_tokens_per_batch_size parallel_drafting prompt_lookup_max
+    prompt_lookup_min quantization rejection_sample_method revision suffix_decoding_max_cached_requests
+    suffix_decoding_max_spec_factor suffix_decoding_max_tree_depth suffix_decoding_min_token_prob
+    synthetic_acceptance_length synthetic_acceptance_rates target_model_config target_parallel_config
+    tensor_parallel_size use_heterogeneous_vocab use_local_argmax_reduction
+"""
+SPEC_KEYS = tuple(_SPEC_KEYS_TEXT.split())
+_METHODS_TEXT = """
+    ngram medusa mlp_speculator draft_model suffix custom_class eagle eagle3 extract_hidden_states deepseek_mtp
+    dots3_note_mtp mimo_mtp mimo_v2_mtp glm4_moe_mtp glm4_moe_lite_mtp glm_ocr_mtp ernie_mtp nemotron_h_mtp
+    exaone_moe_mtp exaone4_5_mtp qwen3_next_mtp qwen4_exp_mtp qwen3_5_mtp longcat_flash_mtp bailing_hybrid_v3_mtp
+    minimax_m3_mtp bailing_hybrid_mtp mtp kimi_k3_mtp pangu_ultra_moe_mtp step3p5_mtp hy_v3_mtp hy_v4_mtp gemma4_mtp
+    inkling_mtp glm5_next_mtp dflash ngram_gpu dspark
+"""
+METHODS = tuple(_METHODS_TEXT.split())
 # vLLM 0.32's model registry: the class that runs each EAGLE draft architecture it knows
 _REGISTRY = {
     "EagleLlamaForCausalLM": ["EagleLlamaForCausalLM"],

@@ -3,8 +3,10 @@
 is `fields`, its own findings `rules`).
 
 vLLM's CLI (FlexibleArgumentParser) turns underscores in option names into dashes, takes `--flag=value` and `--flag
-value`, `-sc` / `-tp` short forms and dotted dict options (`--speculative-config.method eagle3`); `vllm serve` takes
-the model positionally or as `--model`.
+value`, `-sc` / `-tp` short forms, unique prefixes of `--` options and dotted dict options
+(`--speculative-config.method eagle3`); `vllm serve` takes the model positionally or as `--model`. Any other option,
+a --speculative-config key SpeculativeConfig does not have (it forbids extra fields) or a method it does not know is an
+error.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from eagle3lab.doctor.launch import Launch, LaunchSyntax
+from eagle3lab.doctor.launch import KnownFlags, Launch, LaunchSyntax, check_flags, check_value, is_option
 from eagle3lab.engines.vllm import rules
-from eagle3lab.engines.vllm.fields import ALGORITHM_METHODS, METHOD_ALGORITHMS, aux_capture
+from eagle3lab.engines.vllm.fields import ALGORITHM_METHODS, METHOD_ALGORITHMS, METHODS, SPEC_KEYS, aux_capture
 
 ENTRY_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
 DEFAULT_K = 3  # what a fix proposes when the line gives no num_speculative_tokens
@@ -30,6 +32,104 @@ OPTIONS = {
     "--speculative-config": "spec",
     "-sc": "spec",
 }
+# Every option vLLM 0.32's server takes (`vllm serve` and the api_server share make_arg_parser; read from its parser)
+_ALL_OPTIONS = """
+    --additional-config --aggregate-engine-logging --all2all-backend --allow-credentials
+    --allow-deprecated-quantization --allowed-headers --allowed-local-media-path --allowed-media-domains
+    --allowed-methods --allowed-origins --anthropic-disabled-thinking-effort --api-key --api-server-count
+    --async-scheduling --attention-backend --attention-config --aux-output-config --block-size --chat-template
+    --chat-template-content-format --code-revision --cohere-format --cohere-is-reasoning-model
+    --collect-detailed-traces --compilation-config --config --config-format --convert --cp-kv-cache-interleave-size
+    --cpu-distributed-timeout-seconds --cpu-offload-gb --cpu-offload-params --cudagraph-capture-sizes
+    --cudagraph-metrics --custom-histogram-buckets --data-parallel-address --data-parallel-backend
+    --data-parallel-external-lb --data-parallel-hybrid-lb --data-parallel-multi-port-external-lb --data-parallel-rank
+    --data-parallel-rpc-port --data-parallel-size --data-parallel-size-local --data-parallel-start-rank
+    --data-parallel-supervisor-port --dbo-decode-token-threshold --dbo-prefill-token-threshold --dcp-comm-backend
+    --dcp-kv-cache-interleave-size --dcp-q-replicate --decode-context-parallel-size --default-chat-template-kwargs
+    --default-mm-loras --device-ids --device-memory-utilization --diffusion-config --disable-access-log-for-endpoints
+    --disable-cascade-attn --disable-chunked-mm-input --disable-custom-all-reduce --disable-fastapi-docs
+    --disable-hybrid-kv-cache-manager --disable-log-stats --disable-nccl-for-dp-synchronization
+    --disable-sliding-window --disable-uvicorn-access-log --distributed-executor-backend --distributed-timeout-seconds
+    --download-dir --dp-supervisor-probe-failure-threshold --dp-supervisor-probe-interval-s
+    --dp-supervisor-probe-timeout-s --dp-sync-interval --dtype --ec-manager-config --ec-transfer-config
+    --elastic-ep-max-dp-size --enable-auto-tool-choice --enable-batch-sharded-sampling --enable-chunked-prefill
+    --enable-cumem-allocator --enable-dbo --enable-elastic-ep --enable-ep-weight-filter --enable-eplb
+    --enable-expert-parallel --enable-fault-tolerance --enable-flash-late-interaction --enable-flashinfer-autotune
+    --enable-force-include-usage --enable-hc-sp --enable-layerwise-nvtx-tracing --enable-log-deltas
+    --enable-log-outputs --enable-log-requests --enable-logging-iteration-details --enable-lora
+    --enable-mamba-cache-stochastic-rounding --enable-mamba-shared-prefix-checkpoint --enable-mfu-metrics
+    --enable-mixed-moe-lora-format --enable-mm-embeds --enable-moe-shared-loras --enable-nccl-comm-suspend
+    --enable-offline-docs --enable-per-request-metrics --enable-prefix-caching --enable-prompt-embeds
+    --enable-prompt-tokens-details --enable-request-id-headers --enable-return-routed-experts --enable-scale-out
+    --enable-server-load-tracking --enable-shm-tensor-arena --enable-sleep-mode --enable-ssl-refresh
+    --enable-tokenizer-info-endpoint --enable-tower-connector-lora --enable-trace-replay --enforce-eager
+    --engram-config --eplb-config --exclude-tools-when-tool-choice-none --expert-placement-strategy
+    --fail-on-environ-validation --fault-tolerance-config --fingerprint-mode --fingerprint-value --fully-sharded-loras
+    --gdn-prefill-backend --generation-config --gpu-memory-utilization --grpc --grpc-port --h11-max-header-count
+    --h11-max-incomplete-event-size --headless --help --hf-config-path --hf-overrides --hf-token --host
+    --ignore-patterns --interleave-mm-strings --io-processor-plugin --ir-op-priority --jit-monitor-mode
+    --jit-monitor-verbose --kda-decode-backend --kda-prefill-backend --kernel-config --kv-cache-dtype
+    --kv-cache-dtype-skip-layers --kv-cache-memory-bytes --kv-cache-metrics --kv-cache-metrics-sample
+    --kv-events-config --kv-offloading-backend --kv-offloading-size --kv-sharing-fast-prefill --kv-transfer-config
+    --language-model-only --limit-mm-per-prompt --linear-backend --load-format --log-config-file --log-error-stack
+    --log-level --logging-config --logits-processors --logprobs-mode --long-prefill-token-threshold
+    --long-prefill-token-threshold-adaptive --lora-dtype --lora-modules --lora-target-modules --mamba-backend
+    --mamba-block-size --mamba-cache-dtype --mamba-cache-mode --mamba-cache-philox-rounds --mamba-ssm-cache-dtype
+    --mamba-ssu-algorithm --master-addr --master-port --max-cpu-loras --max-cudagraph-capture-size --max-log-len
+    --max-logprobs --max-lora-cls-labels --max-lora-rank --max-loras --max-model-len --max-num-active-seqs
+    --max-num-batched-tokens --max-num-queued-reqs --max-num-queued-tokens --max-num-scheduled-tokens --max-num-seqs
+    --max-parallel-loading-workers --media-io-kwargs --middleware --mm-device-do-normalize --mm-encoder-attn-backend
+    --mm-encoder-attn-dtype --mm-encoder-fp8-scale-path --mm-encoder-fp8-scale-save-margin
+    --mm-encoder-fp8-scale-save-path --mm-encoder-only --mm-encoder-tp-mode --mm-hasher-algorithm
+    --mm-ipc-gpu-memory-gb --mm-processor-cache-gb --mm-processor-cache-type --mm-processor-device
+    --mm-processor-kwargs --mm-shm-cache-max-object-size-mb --mm-tensor-ipc --model --model-class-overrides
+    --model-impl --model-loader-extra-config --moe-backend --nnodes --no-allow-credentials
+    --no-allow-deprecated-quantization --no-async-scheduling --no-cohere-is-reasoning-model --no-cudagraph-metrics
+    --no-data-parallel-external-lb --no-data-parallel-hybrid-lb --no-dcp-q-replicate --no-disable-cascade-attn
+    --no-disable-chunked-mm-input --no-disable-custom-all-reduce --no-disable-fastapi-docs
+    --no-disable-hybrid-kv-cache-manager --no-disable-nccl-for-dp-synchronization --no-disable-sliding-window
+    --no-disable-uvicorn-access-log --no-enable-auto-tool-choice --no-enable-batch-sharded-sampling
+    --no-enable-chunked-prefill --no-enable-cumem-allocator --no-enable-dbo --no-enable-elastic-ep
+    --no-enable-ep-weight-filter --no-enable-eplb --no-enable-expert-parallel --no-enable-fault-tolerance
+    --no-enable-flash-late-interaction --no-enable-flashinfer-autotune --no-enable-force-include-usage
+    --no-enable-hc-sp --no-enable-layerwise-nvtx-tracing --no-enable-log-deltas --no-enable-log-outputs
+    --no-enable-log-requests --no-enable-logging-iteration-details --no-enable-lora
+    --no-enable-mamba-cache-stochastic-rounding --no-enable-mamba-shared-prefix-checkpoint --no-enable-mfu-metrics
+    --no-enable-mixed-moe-lora-format --no-enable-mm-embeds --no-enable-moe-shared-loras --no-enable-nccl-comm-suspend
+    --no-enable-offline-docs --no-enable-per-request-metrics --no-enable-prefix-caching --no-enable-prompt-embeds
+    --no-enable-prompt-tokens-details --no-enable-request-id-headers --no-enable-return-routed-experts
+    --no-enable-scale-out --no-enable-server-load-tracking --no-enable-shm-tensor-arena --no-enable-sleep-mode
+    --no-enable-ssl-refresh --no-enable-tokenizer-info-endpoint --no-enable-tower-connector-lora
+    --no-enable-trace-replay --no-enforce-eager --no-exclude-tools-when-tool-choice-none
+    --no-fail-on-environ-validation --no-fully-sharded-loras --no-interleave-mm-strings --no-jit-monitor-verbose
+    --no-kv-cache-metrics --no-kv-sharing-fast-prefill --no-language-model-only --no-log-error-stack
+    --no-long-prefill-token-threshold-adaptive --no-mm-device-do-normalize --no-mm-encoder-only --no-numa-bind
+    --no-ray-workers-use-nsight --no-return-sampling-mask --no-return-tokens-as-token-ids
+    --no-scheduler-reserve-full-isl --no-skip-mm-profiling --no-skip-tokenizer-init --no-sleep-mode-offload-cudagraph
+    --no-specialize-active-lora --no-swa-bounded-replay --no-tokens-only --no-trust-remote-code
+    --no-trust-request-chat-template --no-trust-request-mm-kwargs --no-use-fp64-gumbel --no-use-replayssm
+    --no-use-tqdm-on-load --node-rank --num-gpu-blocks-override --numa-bind --numa-bind-cpus --numa-bind-nodes
+    --offload-backend --offload-group-size --offload-num-in-group --offload-params --offload-prefetch-step
+    --optimization-level --otlp-traces-endpoint --override-generation-config --per-request-spec-decode-metrics
+    --performance-mode --pipeline-parallel-size --pooler-config --port --prefill-context-parallel-size
+    --prefill-schedule-interval --prefix-cache-retention-interval --prefix-caching-hash-algo --prefix-match-unit
+    --profiler-config --pt-load-map-location --quantization --quantization-config --ray-workers-use-nsight
+    --reasoning-config --reasoning-parser --reasoning-parser-plugin --renderer-num-workers --replayssm-buffer-len
+    --response-role --return-sampling-mask --return-tokens-as-token-ids --revision --root-path --runner
+    --safetensors-load-strategy --safetensors-prefetch-block-size --safetensors-prefetch-num-threads --scheduler-cls
+    --scheduler-reserve-full-isl --scheduling-policy --seed --served-model-name --show-hidden-metrics-for-version
+    --shutdown-timeout --skip-mm-profiling --skip-tokenizer-init --sleep-mode-offload-cudagraph
+    --sleep-preserve-parameter-names --sparse-indexer-topk-backend --spec-method --spec-model --spec-tokens
+    --specialize-active-lora --speculative-config --sse-keep-alive-interval --ssl-ca-certs --ssl-cert-reqs
+    --ssl-certfile --ssl-ciphers --ssl-keyfile --stream-interval --structured-outputs-config --swa-bounded-replay
+    --tensor-parallel-size --tokenizer --tokenizer-mode --tokenizer-revision --tokens-only --tool-call-parser
+    --tool-parser-plugin --tool-server --tool-strict-level --trust-remote-code --trust-request-chat-template
+    --trust-request-mm-kwargs --ubatch-size --uds --use-fp64-gumbel --use-replayssm --use-tqdm-on-load
+    --uvicorn-log-level --video-pruning-method --video-pruning-rate --watermark --watermark-config
+    --weight-transfer-config --worker-cls --worker-extension-cls -ac -asc -cc -dc -dcp -dp -dpa -dpb -dpe -dph -dpl
+    -dpm -dpn -dpp -dpr -ep -h -n -pcp -pp -q -r -sc -tp
+"""
+KNOWN = KnownFlags("vLLM 0.32", frozenset(_ALL_OPTIONS.split()), prefixes=True)
 
 
 def reads(argv: list[str]) -> bool:
@@ -55,6 +155,11 @@ def _option(tok: str) -> tuple[str, str | None]:
     return name, value if eq else None
 
 
+def _base(tok: str) -> str:
+    """The option a token names, as vLLM matches it: `--speculative_config.method` -> `--speculative-config`."""
+    return _option(tok)[0].partition(".")[0]
+
+
 def _int(text: str) -> int:
     """vLLM's human-readable integers: 4096, 32k (x1000), 32K (x1024)."""
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", text.strip())
@@ -75,8 +180,9 @@ def read_launch(launch: Launch) -> Launch:
     """Fill `launch` (argv set, a vLLM line) as vLLM's argparse would: the last of a repeated option wins, and dotted
     `--speculative-config.KEY` values replace a JSON `--speculative-config` altogether (vLLM re-appends them last)."""
     launch.syntax = VLLM
+    i = entry_index(launch.argv)
+    check_flags(launch, i, KNOWN, _base)
     argv = launch.argv
-    i = entry_index(argv)
     if argv[i : i + 1] == ["serve"]:
         i += 1
         if i < len(argv) and not argv[i].startswith("-"):
@@ -85,20 +191,29 @@ def read_launch(launch: Launch) -> Launch:
     while i < len(argv):
         name, inline = _option(argv[i])
         base, _, key = name.partition(".")
-        field = OPTIONS.get(base) if argv[i].startswith("-") else None
+        field = OPTIONS.get(KNOWN.resolve(base)[0]) if is_option(argv[i]) else None
         if field is None:
             i += 1
             continue
-        if inline is None and i + 1 >= len(argv):
-            launch.notes.append(f"{name} has no value")
-            break
+        if inline is None and (i + 1 >= len(argv) or is_option(argv[i + 1])):
+            launch.errors.append(f"{name} has no value")
+            i += 1
+            continue
         value, end = (inline, i + 1) if inline is not None else (argv[i + 1], i + 2)
         if field == "spec":
             spans.append((i, end))
+            text = value
             if key:
-                dotted[key] = _json_value(value)
+                key, parsed = _spec_item(launch, key, _json_value(value))
+                dotted[key] = parsed
+                text = parsed if isinstance(parsed, str) else value
             else:
                 whole = _read_spec_json(launch, name, value)
+                checked = whole and dict(_spec_item(launch, k, v) for k, v in whole.items())
+                if checked != whole:
+                    whole, text = checked, json.dumps(checked)
+            option = argv[i][: len(base)] + (f".{key}" if key else "")  # the user's spelling, the key as meant
+            argv[i:end] = [f"{option}={text}"] if inline is not None else [option, text]
         else:
             _set_field(launch, field, name, value, (i, end, inline is not None))
         i = end
@@ -114,12 +229,22 @@ def _read_spec_json(launch: Launch, name: str, value: str) -> dict | None:
     try:
         spec = json.loads(value)
     except ValueError as e:
-        launch.notes.append(f"{name} is not JSON ({e}): {value[:80]!r}")
+        launch.errors.append(f"{name} is not JSON ({e}): {value[:80]!r}; write it as {VLLM.speculation_fix}")
         return None
     if not isinstance(spec, dict):
-        launch.notes.append(f"{name} must be a JSON object, got {value[:80]!r}")
+        launch.errors.append(f"{name} must be a JSON object, got {value[:80]!r}")
         return None
     return spec
+
+
+def _spec_item(launch: Launch, key: str, value: Any) -> tuple[str, Any]:
+    """One --speculative-config key (dotted for nested ones) and its value, an unknown key or method replaced by the
+    one meant (SpeculativeConfig forbids extra fields and takes only its methods)."""
+    top, dot, rest = key.partition(".")
+    top = check_value(launch, "--speculative-config", top, SPEC_KEYS, "key") or top
+    if top == "method" and not rest and isinstance(value, str):
+        value = check_value(launch, '--speculative-config "method"', value, METHODS, "method") or value
+    return top + dot + rest, value
 
 
 def _set_field(launch: Launch, field: str, name: str, value: str, span: tuple[int, int, bool]) -> None:
@@ -130,7 +255,7 @@ def _set_field(launch: Launch, field: str, name: str, value: str, span: tuple[in
         number = _int(value)
     except ValueError:
         if not (field == "context_length" and value in ("-1", "auto")):  # the target's own max positions
-            launch.notes.append(f"{name} {value!r} is not an integer")
+            launch.errors.append(f"{name} {value!r} is not an integer")
         return
     setattr(launch, field, number)
     launch._spans[field] = span
@@ -157,13 +282,14 @@ def _read_spec(launch: Launch, spec: dict) -> None:
     if isinstance(k, int) and not isinstance(k, bool):
         launch.num_steps, launch.topk, launch.num_draft_tokens = k, 1, k + 1
     elif k is not None:
-        launch.notes.append(f'--speculative-config "num_speculative_tokens" {k!r} is not an integer')
+        launch.errors.append(f'--speculative-config "num_speculative_tokens" {k!r} is not an integer')
 
 
 class VLLMSyntax(LaunchSyntax):
     """How vLLM spells the Launch fields, and how a fix is written back into a vLLM command."""
 
     engine = "vllm"
+    known = KNOWN
     missing_spec_params = (
         "without it vLLM takes n_predict from the draft config, which EAGLE-3 drafts do not carry, and refuses to start"
     )
