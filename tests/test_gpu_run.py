@@ -201,7 +201,7 @@ def test_export_writes_the_best_drafts_small_in_bf16_without_the_embedding_and_t
         assert {"metrics/train.json", "metrics/benchmark.json", "logs/stage.log"} <= set(tar.getnames())
 
 
-def test_adopt_commits_the_best_draft_with_its_provenance_and_feeds_the_readme(tmp_path, finished_run):
+def test_adopt_commits_the_best_draft_with_its_provenance_and_feeds_the_results_page(tmp_path, finished_run):
     from eagle3lab.models.draft import load_draft
     from eagle3lab.pipeline import gpu_adopt, report
 

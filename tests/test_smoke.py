@@ -53,6 +53,6 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     assert set(metrics["scaling"]["fits"]) == {"mtbench"}  # one fitted curve per prompt set
     figures = {p.name for p in (tmp_path / "figures").glob("*.png")}
     assert {"diagnosis.png", "scaling_accept_length.png", "benchmark_acceptance.png", "train_curves.png"} <= figures
-    rendered = report.render(tmp_path / "metrics")  # README's results section renders from every stage's metrics
+    rendered = report.render(tmp_path / "metrics")  # docs/results.md renders from every stage's metrics
     assert "no `metrics/" not in rendered and "### 6. Scaling and break-even" in rendered
     assert "One table of engines" in rendered

@@ -14,13 +14,26 @@ from eagle3lab.benchmark.table import render_rows
 from eagle3lab.benchmark.tune import TuneSettings, format_result
 from eagle3lab.benchmark.tune import tune as tune_locally
 from eagle3lab.benchmark.tune_engine import format_engine_result, tune_in_engine
+from eagle3lab.cli import COMMANDS
 from eagle3lab.io import InputError, write_json
 from eagle3lab.options import add_options, from_options
 from eagle3lab.serving.client import ServerError
 
+# What each command's --help adds to its one-line summary (that summary's one home is `eagle3lab.cli.COMMANDS`).
+DETAILS = {
+    "bench": "It times the target alone (the baseline), each draft and shape, and the HF peers on the same prompts in "
+    "one run, and reports each one's accept length, tokens/s, speedups against the baseline and how often its output "
+    "is identical to the baseline's. --engine local runs it in our own engine; vllm or llamacpp in a served engine.",
+    "tune": "With --engine local it measures the draft's acceptance and this machine's forward costs in our own "
+    "engine, predicts every shape's speedup and benchmarks the best few beside the baseline; with vllm or llamacpp "
+    "it serves each chain shape and predicts from that engine's own costs and counters. It prints the ranked shapes "
+    "and the winner's launch flags, or says not to speculate when nothing beats the baseline.",
+}
+
 
 def _parser(name: str, settings_class) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"eagle3lab {name}", description=__doc__.split("\n")[0])
+    description = f"{COMMANDS[name][2]} {DETAILS[name]}"
+    p = argparse.ArgumentParser(prog=f"eagle3lab {name}", description=description)
     add_options(p, settings_class)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p

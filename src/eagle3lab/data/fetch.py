@@ -118,7 +118,12 @@ def fetch(data_dir: Path = DATA, archive_dir: Path | None = None, only: list[str
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="eagle3lab data", description=__doc__)
     sub = parser.add_subparsers(dest="action", required=True)
-    p = sub.add_parser("fetch", help="download, verify and extract the pinned archives")
+    p = sub.add_parser(
+        "fetch",
+        help="download, verify and extract the pinned archives",
+        description="Download the pinned raw data archives, verify their sha256 against the committed manifest and "
+        "extract their member files into the data folder unchanged.",
+    )
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument(
         "--archive-dir", type=Path, default=None, help="download cache (default: ~/.cache/eagle3lab/archives)"

@@ -1,6 +1,7 @@
 """Bring a GPU run (what `pipeline.gpu_run` left in the device's $OUT) into the repository: its metrics and figures
-under metrics/gpu and figures/gpu (README's GPU section is rendered from them by `pipeline.report`), and its best
-draft under drafts/ with provenance.json, for `benchmark.third_party_drafts` so the CPU `make repro` benchmarks it.
+under metrics/gpu and figures/gpu (`pipeline.report` renders the GPU run section of docs/results.md from them), and
+its best draft under drafts/ with provenance.json, for `benchmark.third_party_drafts` so the CPU `make repro`
+benchmarks it.
 
     python -m eagle3lab.pipeline.gpu_adopt RESULTS   # RESULTS: the folder the device call's files came back to
 """
@@ -103,7 +104,7 @@ def provenance(run: dict, metrics: Path, name: str) -> dict:
 
 
 def section(metrics: Path, table) -> str:
-    """README's GPU section from metrics/gpu (`table` is report's table renderer)."""
+    """docs/results.md's GPU run section from metrics/gpu (`table` is report's table renderer)."""
     run = json.loads((metrics / "run.json").read_text())
     phases = ", ".join(f"{p['name']} {p['status']} {p['seconds']:.0f} s" for p in run["phases"])
     bench = run.get("regen_bench") or {}
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", type=Path, help="the folder the GPU run's files came back to")
     folder = adopt(parser.parse_args(argv).results)
     print(f"{folder}: add '{folder.relative_to(paths.ROOT)}' to benchmark.third_party_drafts in params.yaml, then")
-    print("make repro (the CPU pipeline benchmarks it) and python -m eagle3lab.pipeline.report (README's GPU section)")
+    print("make repro (the CPU pipeline benchmarks it) and python -m eagle3lab.pipeline.report (docs/results.md)")
     return 0
 
 

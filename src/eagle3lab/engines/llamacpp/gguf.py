@@ -283,7 +283,12 @@ def export_gguf(
 def main(argv: list[str] | None = None) -> int:
     from eagle3lab.models.target import DEFAULT_TARGET
 
-    parser = argparse.ArgumentParser(prog="eagle3lab export", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="eagle3lab export",
+        description="Convert an SGLang-format EAGLE-3 draft folder to a bf16 GGUF for llama.cpp with llama.cpp's own "
+        "convert_hf_to_gguf.py (from the pinned source tree `make llamacpp` keeps), and check it against the target's "
+        "GGUF with the rules the doctor uses; a draft that does not fit is deleted and the export exits 2.",
+    )
     parser.add_argument("draft", help="draft folder (SGLang format)")
     parser.add_argument("--format", choices=("gguf",), default="gguf", help="what to write (llama.cpp's GGUF)")
     parser.add_argument("--target", default=DEFAULT_TARGET, help="the target the draft serves (an embedded spec)")

@@ -97,14 +97,29 @@ def _bench_prompts(target: str, bench_params: dict, limit: int | None):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.engines.sglang.cli", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m eagle3lab.engines.sglang.cli",
+        description="Run SGLang on GPUs from a params profile: print its launch command, or benchmark a running "
+        "server or one server launched per config (the doctor checks each drafting launch line first).",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    lc = sub.add_parser("launch-command", help="print the SGLang launch command of a params profile")
+    lc = sub.add_parser(
+        "launch-command",
+        help="print the SGLang launch command of a params profile",
+        description="Print the SGLang launch command of a params profile's `sglang:` section, for its own draft shape "
+        "or the one --config gives (1,0,0,0: the target alone, no draft).",
+    )
     lc.add_argument("--params", type=Path, required=True, help="params file with an `sglang:` section")
     lc.add_argument(
         "--config", help="batch,steps,topk,ndraft (default: the profile's steps/topk/ndraft; 1,0,0,0 = no draft)"
     )
-    b = sub.add_parser("bench", help="benchmark an SGLang server (or one launched per config) on the eval sets")
+    b = sub.add_parser(
+        "bench",
+        help="benchmark an SGLang server (or one launched per config) on the eval sets",
+        description="Benchmark SGLang on the profile's evaluation sets: a running server (--url) as one config, or "
+        "one server launched per config (--launch, each drafting launch line checked by the doctor first), with "
+        "tokens/s and speedups against the target alone (config 1,0,0,0).",
+    )
     b.add_argument("--params", type=Path, required=True)
     where = b.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="a running server, e.g. http://127.0.0.1:30000 (benchmarked as --config)")
