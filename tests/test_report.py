@@ -171,3 +171,19 @@ def test_engines_table_sets_each_engine_at_its_fastest_config_or_says_do_not_spe
     assert (losing["tuned"], losing["tuned_vs_own_baseline"]) == ("do not speculate", None)
     assert rows["big", "llamacpp"]["tuned_vs_own_baseline"] == 84.0 / 80.0
     assert rows["big", "local"]["tuned"] is None  # stage 04 tunes only the final draft locally
+
+
+def test_findings_table_leads_the_scaling_section_with_each_verdict():
+    from eagle3lab.pipeline.report_scaling import findings
+
+    assert findings({}) == ""  # a scaling.json from before the findings table
+    rows = [
+        {"question": "regenerated minus original answers", "figure": 0.05, "low": 0.02, "high": 0.08}
+        | {"unit": "prompts x seeds", "prompts": 444, "seeds": [2, 2], "verdict": "shown"},
+        {"question": "conversations for 2x in local", "figure": "beyond the data", "low": "beyond the data"}
+        | {"high": "beyond the data", "unit": "prompts", "prompts": 160, "seeds": 2, "verdict": "out of the data"},
+    ]
+    text = findings({"findings": rows})
+    assert text.startswith("### Findings")
+    assert "| regenerated minus original answers | +0.050 | [+0.020, +0.080] | prompts x seeds |" in text
+    assert "**shown**" in text and "**out of the data**" in text

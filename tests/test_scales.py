@@ -160,6 +160,8 @@ def test_scales_and_ablations(data):
         "overrides": {},
         "matched_to": None,
         "source": None,
+        "replicate_of": None,
+        "seed": None,
     }
     with pytest.raises(InputError, match=r"scales: \['most'\]"):
         plan(data, scales=[4, "most"])
@@ -304,3 +306,19 @@ def test_gpu_smollm2_profile_has_the_reference_keys_and_two_decades_with_ablatio
     changed = {k for r in runs if r.responses == "ablation" for k in r.overrides}
     assert changed == {"epochs", "draft_vocab_size", "ttt_length"}
     assert {r.records for r in runs if r.responses == "ablation"} == {1500} and 1500 in t["scales"]
+
+
+def test_seeds_repeat_every_draft_with_the_next_training_seeds(data):
+    runs, _ = plan(data, scales=[4, 8], ablations=[{"scale": 8, "epochs": 10}], seeds=3, seed=5)
+    names = [r.name for r in runs]
+    assert names[:3] == ["scale-00004", "scale-00008", "ablation-epochs10-00008"]
+    assert names[3:] == [f"{n}-seed{k}" for k in (1, 2) for n in names[:3]]
+    replicate = runs[names.index("ablation-epochs10-00008-seed2")]
+    assert (replicate.seed, replicate.replicate_of, replicate.overrides) == (
+        7,
+        "ablation-epochs10-00008",
+        {"epochs": 10},
+    )
+    assert replicate.records == runs[2].records and runs[0].seed is None
+    with pytest.raises(InputError, match=r"train_draft.seeds: 0"):
+        plan(data, seeds=0)

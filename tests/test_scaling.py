@@ -11,6 +11,8 @@ from eagle3lab.benchmark.comparisons import (
     paired_difference,
     per_source,
     rank_correlation,
+    replicates,
+    seeds_and_prompts,
     with_drafts,
 )
 from eagle3lab.benchmark.scaling import (
@@ -260,6 +262,35 @@ def test_paired_difference_interval_excludes_zero_for_a_clear_difference_and_hol
     # a draft the sweep ran on other prompts shares none with its partner
     other = regen.assign(system="elsewhere", id=regen.id + "x")
     assert paired_difference(pd.concat([sweep, other]), "elsewhere", "regen", boot=10, seed=0) is None
+
+
+def test_seeds_widen_the_interval_a_single_seed_would_call_shown():
+    """Two drafts whose seeds disagree by more than the drafts differ: one seed each "shows" a difference that their
+    seeds' spread does not support; resampling seeds and prompts together says "not shown"."""
+    rng = np.random.default_rng(1)
+    prompts = rng.normal(1.5, 0.3, 200)  # what every draft shares: the prompt's difficulty
+    a = np.stack([prompts + 0.06 + rng.normal(0, 0.01, 200), prompts - 0.04 + rng.normal(0, 0.01, 200)])
+    b = np.stack([prompts + rng.normal(0, 0.01, 200), prompts + 0.01 + rng.normal(0, 0.01, 200)])
+    one_seed = seeds_and_prompts(a[:1], b[:1], boot=300, seed=0)
+    assert one_seed["low"] > 0 and one_seed["seeds"] == [1, 1]
+    both = seeds_and_prompts(a, b, boot=300, seed=0)
+    assert both["low"] < 0 < both["high"] and both["seeds"] == [2, 2]
+    assert both["mean"] == pytest.approx(a.mean() - b.mean())
+
+
+def test_paired_difference_reads_every_seed_of_both_sides_and_gives_its_verdict():
+    sweep = _sweep(
+        {"regen": (0.0, 0.02), "regen-seed1": (0.01, 0.02), "clear": (0.2, 0.05), "clear-seed1": (0.2, 0.05)}
+    )
+    drafts = {
+        name: {"replicate_of": name.removesuffix("-seed1") if name.endswith("seed1") else None}
+        for name in set(sweep.system)
+    }
+    seeds = replicates(drafts)
+    assert seeds == {"regen": ["regen", "regen-seed1"], "clear": ["clear", "clear-seed1"]}
+    result = paired_difference(sweep, seeds["clear"], seeds["regen"], boot=300, seed=0)
+    assert result["seeds"] == [2, 2] and result["verdict"] == "shown" and result["low"] > 0
+    assert result["difference"] == pytest.approx(0.195, abs=0.03)
 
 
 def test_paired_comparisons_match_each_original_and_sampled_draft_to_its_partner():

@@ -66,6 +66,7 @@ class PromptAcceptance:
     depth: int
     tokens: int  # answer tokens after the prefill's first: what the rounds emitted
     accepted: list[int] = field(repr=False)  # per round
+    answer_cut: bool = False  # the cached answer was cut where the target's own argmax disagreed (eval_set)
 
     @property
     def rounds(self) -> int:
@@ -77,29 +78,28 @@ class PromptAcceptance:
 
 
 def evaluate(drafts: dict, target, records, depths: list[int], progress: bool = True) -> list[PromptAcceptance]:
-    """PromptAcceptance of every draft (name -> Eagle3Draft) at every depth on every record: one target forward per
-    record serves them all, so the drafts must read the same target layers."""
+    """PromptAcceptance of every draft (name -> Eagle3Draft) at every depth on every record. One target forward per
+    record serves every draft that reads the same target layers."""
     from tqdm import tqdm
 
     from eagle3lab.benchmark.eval_set import teacher_forced
     from eagle3lab.models.target import aux_hidden_indices
 
-    layers = {name: aux_hidden_indices(target.num_layers, d.config.aux_layer_ids) for name, d in drafts.items()}
-    if len({tuple(v) for v in layers.values()}) > 1:
-        raise ValueError(f"the drafts read different target layers ({layers}): evaluate them separately")
-    layer_ids = next(iter(drafts.values())).config.aux_layer_ids
+    by_layers: dict[tuple, dict] = {}
+    for name, draft in drafts.items():
+        layers = tuple(aux_hidden_indices(target.num_layers, draft.config.aux_layer_ids))
+        by_layers.setdefault(layers, {})[name] = draft
     deepest = max(depths)
     out = []
-    forced = teacher_forced(target, records, layer_ids)
-    for tf in tqdm(forced, total=len(records), disable=not progress, desc="acceptance"):
-        prompt_tokens = len(tf.record.prompt_ids)
-        for name, draft in drafts.items():
-            hits = draft_hits(draft, tf.aux, tf.ids, deepest)
-            for depth in depths:
-                accepted = walk(hits, prompt_tokens, tf.answer_tokens, depth)
-                out.append(
-                    PromptAcceptance(name, tf.record.set, tf.record.id, depth, max(tf.answer_tokens - 1, 0), accepted)
-                )
+    for group in by_layers.values():
+        forced = teacher_forced(target, records, next(iter(group.values())).config.aux_layer_ids)
+        for tf in tqdm(forced, total=len(records), disable=not progress, desc="acceptance"):
+            prompt_tokens, tokens = len(tf.record.prompt_ids), max(tf.answer_tokens - 1, 0)
+            for name, draft in group.items():
+                hits = draft_hits(draft, tf.aux, tf.ids, deepest)
+                for depth in depths:
+                    accepted = walk(hits, prompt_tokens, tf.answer_tokens, depth)
+                    out.append(PromptAcceptance(name, tf.record.set, tf.record.id, depth, tokens, accepted, tf.cut))
     return out
 
 
@@ -125,13 +125,21 @@ def table(rows: list[PromptAcceptance]) -> list[dict]:
     for r in rows:
         groups.setdefault((r.draft, r.depth, r.set), []).append(r)
         groups.setdefault((r.draft, r.depth, "all"), []).append(r)
-    return [{"draft": d, "depth": k, "set": s, **pooled(g)} for (d, k, s), g in groups.items()]
+    return [{"system": d, "depth": k, "set": s, **pooled(g)} for (d, k, s), g in groups.items()]
 
 
 def per_prompt(rows: list[PromptAcceptance]) -> list[dict]:
     """The rows as plain dicts (tokens and rounds per prompt: what intervals resample)."""
     return [
-        {"draft": r.draft, "set": r.set, "prompt": r.prompt, "depth": r.depth, "tokens": r.tokens, "rounds": r.rounds}
+        {
+            "system": r.draft,
+            "set": r.set,
+            "id": r.prompt,
+            "depth": r.depth,
+            "accept_length": round(r.accept_length, 6),
+            "tokens": r.tokens,
+            "rounds": r.rounds,
+        }
         for r in rows
     ]
 
@@ -178,7 +186,7 @@ def main(argv=None) -> int:
     for row in result["table"]:
         positions = ", ".join(f"{p:.3f}" for p in row["position_acceptance"])
         print(
-            f"{row['draft']:<28} depth {row['depth']}  {row['set']:<10} prompts {row['prompts']:>4}  "
+            f"{row['system']:<28} depth {row['depth']}  {row['set']:<10} prompts {row['prompts']:>4}  "
             f"accept length {row['accept_length']:.3f}  per position {positions}"
         )
     if args.output:

@@ -8,7 +8,13 @@
   how little a handful of points can show.
 - Beside the curve: a draft trained elsewhere on regenerated answers against the pipeline's own draft nearest its
   size.
-Input: the sweep's per-prompt rows (set, id, system, accept_length; one config) and train.json's draft records.
+Input: the sweep's per-prompt rows (set, id, system, accept_length; one config: stage 04's exact offline acceptance
+on the evaluation set) and train.json's draft records.
+
+Training seeds: a draft trained again with another seed (train.json's `replicate_of`) is one more replicate of it, and
+every interval resamples both units that vary, the prompts (shared by the two sides of a paired difference) and each
+side's seeds. A difference is "shown" only where its interval excludes zero; with one seed a side the interval holds
+prompt noise only, and the row says so (`seeds`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from eagle3lab.benchmark.scaling import LEVEL, quantiles
 
 ALL_SETS = "all sets"  # the row over every prompt of every set
 PAIRED = ("original", "sampled")  # the drafts compared with the regenerated (T=0) draft they are matched to
-DRAFT_FIELDS = ("records", "responses", "answer_tokens", "matched_to", "source")
+DRAFT_FIELDS = ("records", "responses", "answer_tokens", "matched_to", "source", "replicate_of")
 EXACT_UP_TO = 7  # points for which the rank correlation's p-value enumerates every permutation
 
 
@@ -37,30 +43,82 @@ def with_drafts(per_prompt: pd.DataFrame, drafts: dict[str, dict]) -> pd.DataFra
     return rows
 
 
-def bootstrap_mean(values, *, boot: int, seed: int, level: float = LEVEL) -> dict:
-    """Mean of per-prompt values with its bootstrap interval (prompts resampled with replacement)."""
-    values = np.asarray(values, dtype=float)
-    mean = float(values.mean())
-    if not boot or len(values) < 2:
-        return {"mean": mean, "low": None, "high": None, "prompts": len(values)}
-    means = values[np.random.default_rng(seed).integers(0, len(values), (boot, len(values)))].mean(axis=1)
-    low, high = quantiles(means, level)
-    return {"mean": mean, "low": low, "high": high, "prompts": len(values)}
+def replicates(drafts: dict[str, dict]) -> dict[str, list[str]]:
+    """Each draft that is not itself a replicate -> its seeds' systems (itself first)."""
+    groups = {name: [name] for name, draft in drafts.items() if not draft.get("replicate_of")}
+    for name, draft in drafts.items():
+        if draft.get("replicate_of") in groups:
+            groups[draft["replicate_of"]].append(name)
+    return groups
 
 
-def paired_difference(per_prompt: pd.DataFrame, draft: str, partner: str, *, boot: int, seed: int) -> dict | None:
-    """`draft` minus `partner` in accept length over the prompts both ran (paired by set and id): both means and the
-    mean difference with its bootstrap interval; None when they share no prompt."""
-    mine = per_prompt[per_prompt.system.isin([draft, partner])]
-    pairs = mine.pivot_table(index=["set", "id"], columns="system", values="accept_length").dropna()
-    if draft not in pairs or partner not in pairs or pairs.empty:
+ZERO = 1e-9  # an interval end this close to zero is zero (float noise of identical drafts, or of a flat fit)
+
+
+def verdict(low, high) -> str:
+    """'shown' where the interval excludes zero; 'not shown' otherwise (or without an interval)."""
+    if low is None or high is None:
+        return "not shown"
+    return "shown" if low > ZERO or high < -ZERO else "not shown"
+
+
+def seeds_and_prompts(a: np.ndarray, b: np.ndarray | None = None, *, boot: int, seed: int, level: float = LEVEL):
+    """Mean of a [seeds, prompts] matrix, or of a minus b (two such matrices over the same prompts), with its
+    bootstrap interval: each draw resamples the prompts (the same ones for both sides) and each side's seeds."""
+    a = np.atleast_2d(np.asarray(a, dtype=float))
+    b = None if b is None else np.atleast_2d(np.asarray(b, dtype=float))
+    estimate = float(a.mean() - (b.mean() if b is not None else 0.0))
+    n = a.shape[1]
+    result = {
+        "mean": estimate,
+        "low": None,
+        "high": None,
+        "prompts": n,
+        "seeds": [len(a)] + ([len(b)] if b is not None else []),
+    }
+    if not boot or n < 2:
+        return result
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(0, n, (boot, n))
+
+    def draws(m):
+        rows = rng.integers(0, len(m), (boot, len(m)))
+        return np.array([m[r][:, p].mean() for r, p in zip(rows, prompts)])
+
+    values = draws(a) - (draws(b) if b is not None else 0.0)
+    result["low"], result["high"] = quantiles(values, level)
+    return result
+
+
+def bootstrap_mean(per_prompt: pd.DataFrame, systems: list[str], *, boot: int, seed: int) -> dict:
+    """Accept length of one draft's seeds (`systems`) over the prompts all of them ran, with its interval."""
+    matrix = per_prompt[per_prompt.system.isin(systems)].pivot_table(
+        index=["set", "id"], columns="system", values="accept_length"
+    )
+    matrix = matrix.dropna()
+    return seeds_and_prompts(matrix.T.values, boot=boot, seed=seed)
+
+
+def paired_difference(
+    per_prompt: pd.DataFrame, draft: list[str] | str, partner: list[str] | str, *, boot: int, seed: int
+) -> dict | None:
+    """`draft` minus `partner` in accept length over the prompts every seed of both ran (paired by set and id): both
+    means and the difference with its interval over prompts and seeds, and its verdict; None when they share no
+    prompt. Each side is a system or the list of its seeds' systems."""
+    mine, theirs = [draft] if isinstance(draft, str) else draft, [partner] if isinstance(partner, str) else partner
+    rows = per_prompt[per_prompt.system.isin(mine + theirs)]
+    pairs = rows.pivot_table(index=["set", "id"], columns="system", values="accept_length").dropna()
+    if pairs.empty or not set(mine + theirs) <= set(pairs.columns):
         return None
-    difference = bootstrap_mean(pairs[draft] - pairs[partner], boot=boot, seed=seed)
-    return {"draft_accept": float(pairs[draft].mean()), "partner_accept": float(pairs[partner].mean())} | {
+    a, b = pairs[mine].T.values, pairs[theirs].T.values
+    difference = seeds_and_prompts(a, b, boot=boot, seed=seed)
+    return {"draft_accept": float(a.mean()), "partner_accept": float(b.mean())} | {
         "difference": difference["mean"],
         "low": difference["low"],
         "high": difference["high"],
         "prompts": difference["prompts"],
+        "seeds": difference["seeds"],
+        "verdict": verdict(difference["low"], difference["high"]),
     }
 
 
@@ -73,8 +131,9 @@ def paired_comparisons(per_prompt: pd.DataFrame, drafts: dict[str, dict], *, boo
     """Every original and sampled draft against its `matched_to` partner, over all prompts and set by set. Returns
     (rows, unmatched: one line per draft left out, saying why)."""
     rows, unmatched = [], []
+    seeds = replicates(drafts)
     for name, draft in drafts.items():
-        if draft.get("responses") not in PAIRED:
+        if draft.get("responses") not in PAIRED or draft.get("replicate_of"):
             continue
         partner = draft.get("matched_to")
         if not partner:
@@ -84,7 +143,7 @@ def paired_comparisons(per_prompt: pd.DataFrame, drafts: dict[str, dict], *, boo
             unmatched.append(f"{name}: its partner {partner} is not among the trained drafts")
             continue
         for set_name, group in by_set(per_prompt):
-            result = paired_difference(group, name, partner, boot=boot, seed=seed)
+            result = paired_difference(group, seeds[name], seeds.get(partner, [partner]), boot=boot, seed=seed)
             if result is None:
                 unmatched.append(f"{name} ({set_name}): the sweep ran it and {partner} on no common prompt")
                 continue
@@ -127,12 +186,12 @@ def per_source(per_prompt: pd.DataFrame, drafts: dict[str, dict], onpolicy: dict
     under the target, nats/token, and its interval; None where the survey scored no such source). Returns (rows, the
     rank correlation of accept length with NLL over the scored drafts, None below three). The seeds' criterion
     predicts rho = -1: the lower the NLL (the closer to the target's own answers), the more the draft accepts."""
-    rows = []
+    rows, seeds = [], replicates(drafts)
     for name, draft in drafts.items():
         mine = per_prompt[per_prompt.system == name]
-        if draft.get("responses") != "source" or mine.empty:
+        if draft.get("responses") != "source" or draft.get("replicate_of") or mine.empty:
             continue
-        accept = bootstrap_mean(mine.accept_length, boot=boot, seed=seed)
+        accept = bootstrap_mean(per_prompt, seeds[name], boot=boot, seed=seed)
         score = onpolicy.get(draft["source"]) or {}
         rows.append(
             {
@@ -144,6 +203,7 @@ def per_source(per_prompt: pd.DataFrame, drafts: dict[str, dict], onpolicy: dict
                 "low": accept["low"],
                 "high": accept["high"],
                 "prompts": accept["prompts"],
+                "seeds": accept["seeds"][0],
                 **{f"accept {s}": float(g.accept_length.mean()) for s, g in mine.groupby("set")},
                 "onpolicy_nll": score.get("nll"),
                 "nll_low": score.get("ci_low"),
@@ -154,11 +214,21 @@ def per_source(per_prompt: pd.DataFrame, drafts: dict[str, dict], onpolicy: dict
     return rows, rank_correlation([r["onpolicy_nll"] for r in scored], [r["accept_length"] for r in scored])
 
 
-def beside_the_curve(per_prompt: pd.DataFrame, sizes: dict[str, float], labelled: list[dict], *, boot: int, seed: int):
+def beside_the_curve(
+    per_prompt: pd.DataFrame,
+    sizes: dict[str, float],
+    labelled: list[dict],
+    *,
+    boot: int,
+    seed: int,
+    seeds: dict[str, list[str]] | None = None,
+):
     """Each draft trained elsewhere on regenerated answers (`scaling.labelled_points`) against the pipeline's
     regenerated draft nearest its conversations (`sizes`: draft -> conversations; nearest on a log scale): the paired
     difference where the sweep ran both (`per_prompt`: every system of the sweep), else the difference of the set means
-    the benchmark measured (the point's `accept_length`), with no interval."""
+    the benchmark measured (the point's `accept_length`), with no interval. `seeds`: a pipeline draft -> its seeds'
+    systems (`replicates`), all of which the difference then reads."""
+    seeds = seeds or {}
     rows = []
     for point in labelled:
         if point["responses"] != "regenerated" or not sizes:
@@ -168,7 +238,7 @@ def beside_the_curve(per_prompt: pd.DataFrame, sizes: dict[str, float], labelled
         same["pipeline_records"] = sizes[nearest]
         if point["draft"] in set(per_prompt.system):
             for set_name, group in by_set(per_prompt):
-                result = paired_difference(group, point["draft"], nearest, boot=boot, seed=seed)
+                result = paired_difference(group, point["draft"], seeds.get(nearest, [nearest]), boot=boot, seed=seed)
                 if result:
                     rows.append(same | {"set": set_name, "paired": True} | result)
             continue
@@ -177,6 +247,6 @@ def beside_the_curve(per_prompt: pd.DataFrame, sizes: dict[str, float], labelled
             rows.append(
                 same
                 | {"set": set_name, "paired": False, "draft_accept": tau, "partner_accept": float(ours)}
-                | {"difference": tau - float(ours), "low": None, "high": None, "prompts": None}
+                | {"difference": tau - float(ours), "low": None, "high": None, "prompts": None, "verdict": "not shown"}
             )
     return rows

@@ -199,6 +199,33 @@ def _elsewhere(points: list[dict] | None, config: str) -> str:
     )
 
 
+def _figure_text(value) -> str:
+    if isinstance(value, str):
+        return value
+    return _size(value) if abs(value) >= 100 else f"{value:+.3f}"
+
+
+def findings(s: dict) -> str:
+    """Stage 05's findings table: every question, its figure and interval, what the interval resamples, and the
+    verdict ("shown" only where the interval excludes zero). Empty for a scaling.json written before it existed."""
+    if not s.get("findings"):
+        return ""
+    rows = [
+        [
+            f["question"],
+            _figure_text(f["figure"]),
+            "-" if f["low"] is None else f"[{_figure_text(f['low'])}, {_figure_text(f['high'])}]",
+            f["unit"],
+            f["prompts"],
+            f["seeds"],
+            f"**{f['verdict']}**",
+        ]
+        for f in s["findings"]
+    ]
+    header = ["question", "figure", "90% interval", "resampled", "prompts", "seeds", "verdict"]
+    return "### Findings\n\n" + table(header, rows) + "\n\n"
+
+
 def scaling(s: dict) -> str:
     seeds = s["seeds"]
     proj = ", ".join(
@@ -207,7 +234,7 @@ def scaling(s: dict) -> str:
     )
     c = s["costs_ms"]
     return (
-        "### 6. Scaling and break-even\n\n"
+        findings(s) + "### 6. Scaling and break-even\n\n"
         f"Costs on this machine (config {s['config']}): target step {c['target_step']:.1f} ms, verify "
         f"{c['verify']:.1f} ms, draft step {c['draft_step']:.1f} ms, other {c['other_per_round']:.1f} ms per round: "
         f"break-even accept length **{s['break_even_tau']:.2f}**, 2x needs **{s['tau_for_2x']:.2f}**.\n\n"

@@ -9,6 +9,8 @@
 - `source-ID`: one source's regenerated conversations only, every listed source at the same answer tokens (the
   smallest source's total).
 - `ablation-...`: regenerated answers at one scale with one recipe lever changed.
+- `NAME-seedK`: with `seeds` > 1, every draft above again with training seed `seed` + K (initialisation and data
+  order): the replicates whose spread puts training noise into every comparison's interval.
 
 Answer tokens are counted as training tokenizes (`train.answer_tokens`); `count` maps a file to its per-record counts,
 so tests can pass a fake one."""
@@ -16,7 +18,7 @@ so tests can pass a fake one."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from eagle3lab.io import InputError, read_jsonl, require
@@ -39,6 +41,8 @@ class DraftRun:
     matched_to: str | None = None  # the regenerated draft an original or sampled draft is compared with
     source: str | None = None  # the source of a per-source draft
     rows: list[int] | None = None  # line indices of `data` when the draft trains on a subset rather than a prefix
+    replicate_of: str | None = None  # the draft this one repeats with another training seed
+    seed: int | None = None  # its training seed (None: the shared one)
 
 
 def plan_rows(runs: list[DraftRun]) -> list[dict]:
@@ -161,9 +165,14 @@ def plan_runs(
     sampled_scale: int | str | None = None,
     source_drafts: list[str] = (),
     ablations: list[dict] | None = None,
+    seeds: int = 1,
+    seed: int = 0,
 ) -> tuple[list[DraftRun], list[str]]:
     """The drafts to train (paths relative to `root`), and why each planned one that cannot be trained is skipped.
-    A scale "all" is every regenerated conversation, whatever their number."""
+    A scale "all" is every regenerated conversation, whatever their number. `seeds` trains each draft that many
+    times, replicate K with training seed `seed` + K."""
+    if not isinstance(seeds, int) or seeds < 1:
+        raise InputError(f"train_draft.seeds: {seeds!r}: expected a positive integer (training seeds per draft)")
     bad = [n for n in scales if n != "all" and (not isinstance(n, int) or n < 1)]
     if bad:
         raise InputError(f"train_draft.scales: {bad}: expected positive integers or 'all'")
@@ -194,4 +203,9 @@ def plan_runs(
             skipped.append(f"{name}: {available} regenerated conversations")
             continue
         runs.append(DraftRun(name, train_data, scale, "ablation", sum(regen.counts[:scale]), overrides))
-    return runs, skipped
+    replicates = [
+        replace(run, name=f"{run.name}-seed{k}", replicate_of=run.name, seed=seed + k)
+        for k in range(1, seeds)
+        for run in runs
+    ]
+    return runs + replicates, skipped

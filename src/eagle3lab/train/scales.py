@@ -52,12 +52,13 @@ def train_runs(runs: list[DraftRun], settings: dict, root: Path, artifacts: Path
             max_records=max_records,
             resume=True,
             progress=False,
-            **{**settings, **run.overrides},
+            **{**settings, **run.overrides, **({} if run.seed is None else {"seed": run.seed})},
         )
         result = train_draft(cfg)
         with atomic_path(artifacts / "drafts" / run.name) as tmp:  # the folder the benchmark names
             shutil.copytree(result["draft"], tmp)
         place = {key: getattr(run, key) for key in ("responses", "records", "overrides", "source", "matched_to")}
+        place |= {"replicate_of": run.replicate_of, "seed": cfg.seed}
         results[run.name] = result | place
         acc = result["final_val"] and result["final_val"]["acc_pos"]
         report(f"{run.name}: {result['steps']} steps, {result['tokens_per_s']:.0f} tok/s, held-out acc {acc}")
@@ -66,7 +67,7 @@ def train_runs(runs: list[DraftRun], settings: dict, root: Path, artifacts: Path
 
 def export_final(results: dict, artifacts: Path) -> str:
     """Copy the largest regenerated-data draft to artifacts/drafts/final; returns its name."""
-    regenerated = {name: r for name, r in results.items() if r["responses"] == "regenerated"}
+    regenerated = {n: r for n, r in results.items() if r["responses"] == "regenerated" and not r.get("replicate_of")}
     if not regenerated:
         raise InputError("no regenerated-data draft was trained: every scale exceeds the regenerated data")
     name = max(regenerated, key=lambda n: regenerated[n]["records"])
@@ -111,6 +112,8 @@ def train_metrics(results: dict, artifacts: Path, root: Path) -> dict:
             "source": r["source"],
             "answer_tokens": r["data"]["loss_tokens"],
             "matched_to": r["matched_to"],
+            "replicate_of": r.get("replicate_of"),  # the draft this one repeats with another training seed
+            "seed": r.get("seed"),
             "best": r.get("best"),  # train_draft's held-out selection
             "records": r["data"]["records"],
             "tokens": r["tokens_seen"],

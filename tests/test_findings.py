@@ -1,0 +1,84 @@
+"""The findings table: one row per question, its interval's units and a verdict that follows the interval."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from eagle3lab.benchmark.comparisons import ALL_SETS, verdict
+from eagle3lab.benchmark.findings import (
+    OUT_OF_DATA,
+    beside_findings,
+    curve_findings,
+    paired_findings,
+    source_finding,
+)
+from eagle3lab.benchmark.scaling import BEYOND, OUT_OF_REACH
+
+
+def test_verdict_needs_an_interval_clear_of_zero_beyond_float_noise():
+    assert verdict(0.01, 0.2) == "shown" and verdict(-0.3, -0.1) == "shown"
+    assert verdict(-0.01, 0.2) == "not shown" and verdict(None, None) == "not shown"
+    assert verdict(1.7e-16, 1.7e-16) == "not shown"  # a flat fit's slope: zero, whatever its rounding
+
+
+def paired_row(responses, difference, low, high, seeds=(2, 2), set_name=ALL_SETS):
+    return {
+        "responses": responses,
+        "scale": 350,
+        "set": set_name,
+        "difference": difference,
+        "low": low,
+        "high": high,
+        "prompts": 444,
+        "seeds": list(seeds),
+    }
+
+
+def test_paired_findings_ask_whether_regenerating_beats_the_originals():
+    rows = paired_findings(
+        [
+            paired_row("original", -0.05, -0.08, -0.02),  # the original-answer draft accepts less
+            paired_row("sampled", 0.01, -0.02, 0.04, seeds=(1, 1)),
+            paired_row("original", -0.05, -0.08, -0.02, set_name="mtbench"),  # per-set rows are not findings
+        ]
+    )
+    assert len(rows) == 2
+    regenerated, sampled = rows
+    assert regenerated["figure"] == pytest.approx(0.05) and (regenerated["low"], regenerated["high"]) == (0.02, 0.08)
+    assert regenerated["verdict"] == "shown" and regenerated["unit"] == "prompts x seeds"
+    assert sampled["verdict"] == "not shown" and "one seed" in sampled["unit"]
+
+
+def test_beside_findings_keep_the_all_sets_row_and_unpaired_set_means():
+    paired = {"draft": "gpu", "pipeline_draft": "scale-02200", "paired": True, "difference": 0.2, "low": 0.1}
+    paired |= {"high": 0.3, "prompts": 444, "seeds": [1, 2], "verdict": "shown"}
+    rows = beside_findings([paired | {"set": ALL_SETS}, paired | {"set": "gsm8k"}])
+    assert [r["verdict"] for r in rows] == ["shown"] and rows[0]["question"] == "gpu minus the pipeline's scale-02200"
+
+
+def test_source_finding_is_shown_only_by_a_significant_negative_rank_correlation():
+    sources = [{"prompts": 444, "seeds": 2}]
+    three = source_finding({"rho": -1.0, "p_value": 0.33, "points": 3}, sources)
+    assert three[0]["verdict"] == "not shown" and "p = 0.33" in three[0]["unit"]
+    eight = source_finding({"rho": -0.9, "p_value": 0.002, "points": 8}, sources)
+    assert eight[0]["verdict"] == "shown"
+    assert source_finding(None, sources) == []
+
+
+def test_curve_findings_report_nothing_past_the_largest_scale():
+    fits = {
+        "mtbench": SimpleNamespace(gain_per_doubling=0.03, gain_per_doubling_interval=(0.01, 0.05), sizes=[22, 2200])
+    }
+    needed = [
+        {"engine": "local", "shape": "1,5,1,6", "set": "mtbench", "speedup": 1.0, "accept_length": 1.3}
+        | {"records": 600.0, "interval": [300.0, 1500.0]},
+        {"engine": "local", "shape": "1,5,1,6", "set": "mtbench", "speedup": 1.5, "accept_length": 1.9}
+        | {"records": 600.0, "interval": [300.0, BEYOND]},
+        {"engine": "local", "shape": "1,5,1,6", "set": "mtbench", "speedup": 2.0, "accept_length": 2.6}
+        | {"records": BEYOND, "interval": [BEYOND, BEYOND]},
+        {"engine": "llamacpp", "shape": "1,2,1,3", "set": "mtbench", "speedup": 2.0, "accept_length": 3.5}
+        | {"records": OUT_OF_REACH, "interval": None},
+    ]
+    rows = curve_findings(fits, needed, {"mtbench": 160}, 2)
+    assert [r["verdict"] for r in rows] == ["shown", "shown", "not shown", OUT_OF_DATA, OUT_OF_DATA]
+    assert rows[0]["prompts"] == 160 and "not resampled" in rows[0]["unit"]
