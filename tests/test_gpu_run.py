@@ -182,10 +182,9 @@ def test_export_writes_the_best_drafts_small_in_bf16_without_the_embedding_and_t
     root, work, draft, drafts = finished_run
     out = tmp_path / "out"
     assert gpu_run.drafts_to_export(root) == ["scale-00100", "scale-00050"]  # no sweep yet: most data first
-    sweep = [
-        {"set": "mtbench", "system": d["name"], "draft": "x", "accept_length": a} for d, a in zip(drafts, (1, 2, 3))
-    ]
-    sweep.append({"set": "mtbench", "system": "baseline", "draft": None, "accept_length": 1.0})
+    # stage 04's exact offline acceptance: one pooled row per draft, depth and set (drafts only)
+    sweep = [{"set": "mtbench", "system": d["name"], "depth": 5, "accept_length": a} for d, a in zip(drafts, (1, 2, 3))]
+    sweep.append({"set": "all", "system": drafts[0]["name"], "depth": 5, "accept_length": 9.0})
     write_json(root / "metrics" / "benchmark.json", {"sweep": {"config": "1,5,1,6", "rows": sweep}})
     assert gpu_run.export(root, work, out, {"PYTHONPATH": ":".join(sys.path)}) == [
         "ablation-epochs10-00050",
@@ -207,8 +206,7 @@ def test_adopt_commits_the_best_draft_with_its_provenance_and_feeds_the_results_
 
     root, work, _, drafts = finished_run
     sweep = [
-        {"set": "mtbench", "system": d["name"], "draft": "x", "accept_length": a}
-        for d, a in zip(drafts, (1.5, 2.1, 1.2))
+        {"set": "mtbench", "system": d["name"], "depth": 5, "accept_length": a} for d, a in zip(drafts, (1.5, 2.1, 1.2))
     ]
     bench = {"sweep": {"config": "1,5,1,6", "rows": sweep}, "final": {"meta": {"target": "smollm2-135m-instruct"}}}
     write_json(root / "metrics" / "benchmark.json", bench)
