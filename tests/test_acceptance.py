@@ -4,8 +4,9 @@ with the committed GPU-trained draft, prompt by prompt."""
 import pytest
 import torch
 
-from eagle3lab.benchmark.acceptance import PromptAcceptance, draft_hits, pooled, table, walk
+from eagle3lab.benchmark.acceptance import PromptAcceptance, pooled, table
 from eagle3lab.benchmark.eval_set import EvalRecord, build_eval_set, load_eval_set, parse_sets, teacher_forced
+from eagle3lab.decoding.offline import draft_hits, last_answer, walk
 from eagle3lab.io import InputError
 
 TRAINED_DRAFT = "drafts/smollm2-original-6960"
@@ -23,6 +24,12 @@ def test_walk_counts_each_rounds_run_to_its_first_miss_and_skips_the_bonus_token
     assert walk(hits, 2, 8, 3) == [2, 1, 0, 0]
     assert walk(hits, 2, 8, 1) == [1, 0, 1, 0, 0]  # depth 1 reads only the first row
     assert walk(hits, 2, 1, 3) == []  # the prefill's token alone: no round
+
+
+def test_the_last_answer_is_the_last_run_of_the_loss_mask():
+    assert last_answer(torch.tensor([0, 0, 1, 1, 0, 0, 1, 1, 1, 0])) == (6, 3)  # a second turn's answer
+    assert last_answer(torch.tensor([0, 1, 1])) == (1, 2)
+    assert last_answer(torch.tensor([0, 0])) == (2, 0)
 
 
 def test_pooled_accept_length_is_emitted_tokens_over_rounds_and_positions_are_shares_of_rounds():

@@ -1,12 +1,8 @@
-"""Exact offline acceptance: a greedy chain draft's accept length, measured without decoding.
+"""`eagle3lab acceptance`: exact offline accept length of chain drafts on the evaluation set, no decoding.
 
-At temperature 0 the target's answer does not depend on the draft, so what a chain of depth k accepts in each round
-is fixed by that answer: the draft runs teacher-forced along it (every position at once, as training's TTT unroll
-does), and each round counts the draft's run of tokens up to its first miss, exactly as the engine's greedy
-verification does. A token outside the draft vocabulary is a miss. The walk then moves past the accepted run plus
-the target's bonus token, like the engine. So one target forward per prompt scores every draft at every depth, and
-the figure equals the local engine's online accept length prompt by prompt (tests/test_acceptance.py, SmolLM2 in
-float32), with no timing noise and no bf16 text drift between drafts.
+The walk (decoding.offline) scores a draft along the target's own greedy answers; one target forward per prompt
+serves every draft at every depth, and the figure equals the local engine's online accept length prompt by prompt
+(tests/test_acceptance.py, SmolLM2 in float32), with no timing noise and no bf16 text drift between drafts.
 
 Accept length here is the engine's: (answer tokens - 1) / rounds (the prefill's token is not a round's)."""
 
@@ -17,43 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-
-def draft_hits(draft, aux: torch.Tensor, ids: torch.Tensor, depth: int) -> torch.Tensor:
-    """[depth, T] bool: hit[j, t] says the chain rooted at draft position t (the target's feature at t, token t+1)
-    drafts token t+2+j correctly, given tokens t+1..t+1+j were right. Positions past the text are misses."""
-    t = ids.numel()
-    dtype = next(draft.parameters()).dtype
-    with torch.inference_mode():
-        hidden = draft.project(aux.to(dtype))
-        inputs = F.pad(ids[1:], (0, 1))
-        positions = torch.arange(t)[None]
-        logits = draft.ttt_forward(inputs[None], hidden[None], positions, depth)
-    hits = torch.zeros(depth, t, dtype=torch.bool)
-    for j, step in enumerate(logits):
-        predicted = draft.draft_to_target(step[0].argmax(-1))
-        n = t - 2 - j
-        if n > 0:
-            hits[j, :n] = predicted[:n] == ids[2 + j :]
-    return hits
-
-
-def walk(hits: torch.Tensor, prompt_tokens: int, answer_tokens: int, depth: int) -> list[int]:
-    """Draft tokens accepted in each round of a chain of `depth` along an answer of `answer_tokens` tokens.
-
-    The prefill emits the first answer token; each round accepts the draft's leading hits and adds the target's bonus
-    token, until the answer is complete (the engine stops the same way, at the answer's length or its stop token)."""
-    rounds, emitted, anchor = [], 1, prompt_tokens - 1
-    row = hits[:depth].tolist()
-    while emitted < answer_tokens:
-        m = 0
-        while m < depth and row[m][anchor]:
-            m += 1
-        rounds.append(m)
-        emitted += m + 1
-        anchor += m + 1
-    return rounds
+from eagle3lab.decoding.offline import draft_hits, walk
 
 
 @dataclass

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from eagle3lab.decoding.offline import draft_hits, last_answer, walk
 from eagle3lab.devices import clock, resolve_device
 from eagle3lab.io import InputError, atomic_path, read_jsonl, sha256_file, write_json, write_jsonl
 from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
@@ -61,8 +62,12 @@ def build_draft(cfg: TrainConfig, inputs: Inputs, device: torch.device) -> tuple
 
 
 def evaluate(draft, examples: Examples, head, cfg: TrainConfig, inputs: Inputs) -> dict:
+    """Held-out loss and per-step accuracy, and the exact accept length of a chain of ttt_length steps on each
+    conversation's last answer (decoding.offline's teacher-forced walk: with regenerated held-out data, the
+    target's own answers; a token outside the draft vocabulary is a miss). The accept length picks the export."""
     draft.eval()
     sums, correct, counts = (torch.zeros(cfg.ttt_length) for _ in range(3))
+    emitted = rounds = 0
     with torch.no_grad():
         for batch_idx in make_batches(examples.lengths, cfg.batch_tokens, seed=0, epoch=0):
             batch = with_features(examples.batch(batch_idx), inputs, cfg.online)
@@ -70,8 +75,15 @@ def evaluate(draft, examples: Examples, head, cfg: TrainConfig, inputs: Inputs) 
             sums += out["loss_sum"].float().cpu()
             correct += out["correct"].float().cpu()
             counts += out["count"].float().cpu()
+            for row, n in enumerate(batch["lengths"].tolist()):
+                prompt, answer = last_answer(batch["loss_mask"][row, :n].cpu())
+                if answer < 2:
+                    continue
+                ids, aux = batch["input_ids"][row, : prompt + answer], batch["aux"][row, : prompt + answer].float()
+                rounds += len(walk(draft_hits(draft, aux, ids, cfg.ttt_length), prompt, answer, cfg.ttt_length))
+                emitted += answer - 1
     draft.train()
-    return summarize(sums, correct, counts)
+    return summarize(sums, correct, counts) | {"accept_length": round(emitted / rounds, 5) if rounds else 1.0}
 
 
 # ---- schedule / checkpoint -----------------------------------------------------------------------------------------
@@ -199,8 +211,8 @@ class Trainer:
 
     def evaluate_held_out(self, epoch: int) -> None:
         scores = evaluate(self.draft, self.inputs.val, self.head, self.cfg, self.inputs)
-        length = self.best.offer(self.draft, self.step, epoch, scores["acc_pos"])
-        self.last_val = {"step": self.step, "epoch": epoch, "split": "val", **scores, "accept_length": length}
+        self.best.offer(self.draft, self.step, epoch, scores["accept_length"])
+        self.last_val = {"step": self.step, "epoch": epoch, "split": "val", **scores}
         self.log(self.last_val)
 
     def train_step(self) -> dict:

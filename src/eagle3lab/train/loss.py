@@ -74,15 +74,3 @@ def summarize(sums: torch.Tensor, correct: torch.Tensor, counts: torch.Tensor) -
         "acc_pos": [round(x, 5) for x in (correct / c).tolist()],
         "positions": [int(x) for x in counts.tolist()],
     }
-
-
-def accept_length(acc_pos: list[float]) -> float:
-    """Held-out accept length of a chain draft: 1 + sum_k prod_{j<=k} acc_pos[j] over the TTT positions.
-
-    The target's token is always accepted; draft token k is accepted only if tokens 0..k were, and position j's
-    held-out top-1 accuracy stands for the chance it is. This is the figure held-out selection maximizes."""
-    length, survive = 1.0, 1.0
-    for acc in acc_pos:
-        survive *= acc
-        length += survive
-    return round(length, 5)

@@ -5,7 +5,6 @@ exports the draft an uninterrupted one would."""
 
 from __future__ import annotations
 
-from eagle3lab.train.loss import accept_length
 from eagle3lab.train.resume import draft_weights
 
 
@@ -17,13 +16,12 @@ class BestDraft:
         self.meta: dict | None = None
         self.weights: dict | None = None
 
-    def offer(self, draft, step: int, epoch: int, acc_pos: list[float]) -> float:
-        """Keep `draft` if its held-out accept length beats the best so far (ties keep the earlier); returns it."""
-        length = accept_length(acc_pos)
+    def offer(self, draft, step: int, epoch: int, length: float) -> None:
+        """Keep `draft` if its held-out accept length (exact: train.loop.evaluate) beats the best so far (ties keep
+        the earlier)."""
         if self.meta is None or length > self.meta["accept_length"]:
             self.meta = {"step": step, "epoch": epoch, "accept_length": length}
             self.weights = draft_weights(draft)
-        return length
 
     def state(self) -> dict | None:
         return None if self.meta is None else {**self.meta, "weights": self.weights}
