@@ -27,7 +27,7 @@ def test_every_command_has_a_one_sentence_summary(capsys):
     assert printed == usage() + "\n" and "--version" in printed
     for name, (_, _, summary) in COMMANDS.items():
         assert re.fullmatch(r"[A-Z][^\n]*\.", summary), name
-        assert f"  {name:<9} {summary}\n" in printed
+        assert f"  {name:<{max(map(len, COMMANDS))}} {summary}\n" in printed
 
 
 def description(help_text: str) -> str:

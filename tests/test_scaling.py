@@ -19,6 +19,7 @@ from eagle3lab.benchmark.scaling import (
     BEYOND,
     OUT_OF_REACH,
     CostModel,
+    calibrated,
     cost_model_from_throughput,
     describe_parameter,
     engine_cost_model,
@@ -371,3 +372,16 @@ def test_the_pipeline_point_nearest_a_gpu_draft_is_compared_with_it():
     [row] = beside_the_curve(sweep[sweep.system != "gpu-1486"], sizes, [point], boot=200, seed=0)
     ours = sweep[(sweep.system == "scale-02200") & (sweep.set == "mtbench")].accept_length.mean()
     assert not row["paired"] and row["low"] is None and row["difference"] == pytest.approx(2.0 - ours)
+
+
+def test_calibration_scales_the_round_to_the_measured_speedups_and_says_how_far_they_spread():
+    cost = CostModel(t_target=0.030, t_verify=0.035, t_draft=0.002, steps=5)  # break-even 1.5
+    measured = [(1.5, 0.95), (1.8, 1.14), (1.2, 0.72)]  # measured / predicted: 0.95, 0.95, 0.90
+    model, calibration = calibrated(cost, measured)
+    assert calibration["factor"] == pytest.approx(0.95) and calibration["points"] == 3
+    assert calibration["factor_range"] == [pytest.approx(0.90), pytest.approx(0.95)]
+    assert model.break_even_tau == pytest.approx(1.5 / 0.95)
+    assert calibration["break_even_range"] == [pytest.approx(1.5 / 0.95), pytest.approx(1.5 / 0.90)]
+    assert model.speedup(1.8) == pytest.approx(1.14)  # the median point is met exactly
+    with pytest.raises(InputError, match="no measured speedup"):
+        calibrated(cost, [])

@@ -21,6 +21,11 @@ COMMANDS = {
         "bench",
         "Benchmark drafts against the target alone and HF peers: accept length, tokens/s, speedup.",
     ),
+    "acceptance": (
+        "eagle3lab.benchmark.acceptance",
+        "main",
+        "Measure drafts' exact accept length offline on the target's own answers to hundreds of prompts.",
+    ),
     "tune": (
         "eagle3lab.benchmark.commands",
         "tune",
@@ -56,7 +61,8 @@ COMMANDS = {
 
 def usage() -> str:
     lines = ["usage: eagle3lab COMMAND [ARGS...] | --version", "", "commands:"]
-    lines += [f"  {name:<9} {summary}" for name, (_, _, summary) in COMMANDS.items()]
+    width = max(map(len, COMMANDS))
+    lines += [f"  {name:<{width}} {summary}" for name, (_, _, summary) in COMMANDS.items()]
     lines += ["", "`eagle3lab COMMAND --help` shows a command's options."]
     return "\n".join(lines)
 

@@ -108,6 +108,7 @@ def per_prompt(rows: list[PromptAcceptance]) -> list[dict]:
 def main(argv=None) -> int:
     from eagle3lab.benchmark.eval_set import DEFAULT_SETS, build_eval_set, summary
     from eagle3lab.benchmark.systems import load_bench_draft
+    from eagle3lab.cli import COMMANDS
     from eagle3lab.devices import resolve_device
     from eagle3lab.io import write_json
     from eagle3lab.models.target import DEFAULT_TARGET, load_target
@@ -115,8 +116,10 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="eagle3lab acceptance",
-        description="Exact offline accept length of chain drafts on the target's own greedy answers to the "
-        "evaluation sets (no decoding, no timing): one target forward per prompt scores every draft at every depth.",
+        description=COMMANDS["acceptance"][2]
+        + " Each draft runs teacher-forced along the target's greedy answers to the evaluation sets (cached in "
+        "--cache) and each round counts its draft tokens up to the first miss, as the engine's greedy verification "
+        "does: no decoding, no timing, one target forward a prompt for every draft and depth.",
     )
     parser.add_argument("drafts", nargs="+", help="draft folders (name=folder to label one)")
     parser.add_argument("--target", default=DEFAULT_TARGET, help="target spec, model folder or HF id")
