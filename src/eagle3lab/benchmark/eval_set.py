@@ -173,10 +173,10 @@ def teacher_forced(target: Target, records: list[EvalRecord], layer_ids: list[in
     device = next(target.model.parameters()).device
     for record in records:
         ids = torch.tensor(record.prompt_ids + record.answer_ids, dtype=torch.long)
-        with torch.inference_mode():
-            out = forward_with_aux(target.model, ids[None].to(device), indices)
         start = len(record.prompt_ids)
-        argmax = out.logits[0, start - 1 : -1].argmax(-1).cpu()
+        with torch.inference_mode():
+            out = forward_with_aux(target.model, ids[None].to(device), indices, logits=False)
+            argmax = target.model.lm_head(out.final[0, start - 1 : -1]).argmax(-1).cpu()  # the answer's rows only
         disagree = (argmax != ids[start:]).nonzero()
         n = int(disagree[0]) if len(disagree) else len(record.answer_ids)
         yield TeacherForced(
