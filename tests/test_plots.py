@@ -96,7 +96,7 @@ def test_scaling_without_extrapolation_draws_no_extrapolation_span():
 
 def _train_rows(steps: int, start: float) -> list[dict]:
     rows = [{"split": "train", "step": s, "loss": start - s / 10} for s in range(1, steps + 1)]
-    return rows + [{"split": "val", "step": s, "acc_pos": [s / 1000, 0.1, 0.05]} for s in (steps // 2, steps)]
+    return rows + [{"split": "val", "step": s, "accept_length": 1 + s / 1000} for s in (steps // 2, steps)]
 
 
 @pytest.mark.parametrize("scales", [6, 12, 25])
@@ -110,6 +110,7 @@ def test_train_curves_never_repeat_a_colour_within_an_axes_and_keep_legends_outs
     for ax in drawn:
         colors = [to_hex(line.get_color()) for line in ax.lines]
         assert len(colors) == len(set(colors)), f"{ax.get_title()}: a colour twice"
+    assert fig.axes[4].get_ylabel().startswith("held-out accept length")  # row 2, column 1
     titles = [ax.get_title() for ax in fig.axes[:4]]
     assert titles == [plots.KINDS[k] for k in ("scale", "original", "sampled", "source")]
     legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()]
@@ -183,3 +184,11 @@ def test_throughput_without_a_baseline_shows_tokens_per_second():
 )
 def test_config_words(config, words):
     assert plots.config_words(config) == words
+
+
+def test_a_drafts_training_seeds_share_its_colour_dashed():
+    curves = {name: _train_rows(20, 19) for name in ("scale-00004", "scale-00008", "scale-00004-seed1")}
+    loss = plots.train_figure(curves, "test").axes[0]
+    style = {line.get_label(): (to_hex(line.get_color()), line.get_linestyle()) for line in loss.lines}
+    assert style["scale-00004-seed1"] == (style["scale-00004"][0], "--") and style["scale-00004"][1] == "-"
+    assert style["scale-00008"][0] != style["scale-00004"][0]

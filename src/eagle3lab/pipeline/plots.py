@@ -170,21 +170,26 @@ def distinct_colors(n: int) -> list:
 
 
 def _kind_curves(loss_ax, acc_ax, curves: dict[str, list[dict]], window: int) -> None:
-    """One kind's drafts: rolling training loss above, held-out accuracy below, a colour each."""
-    for (name, rows), color in zip(curves.items(), distinct_colors(len(curves))):
+    """One kind's drafts: rolling training loss above, held-out accept length below, a colour each; a draft's other
+    training seeds (NAME-seedK) share its colour, dashed."""
+    bases = list(dict.fromkeys(name.split("-seed")[0] for name in curves))
+    colors = dict(zip(bases, distinct_colors(len(bases))))
+    for name, rows in curves.items():
+        base = name.split("-seed")[0]
+        style = dict(color=colors[base], linestyle="-" if name == base else "--")
         train = [r for r in rows if r.get("split") == "train"]
         loss = np.convolve([r["loss"] for r in train], np.ones(window), "full")[: len(train)]
         loss /= np.minimum(np.arange(1, len(train) + 1), window)  # the trailing mean over up to `window` steps
-        loss_ax.plot([r["step"] for r in train], loss, color=color, label=name)
+        loss_ax.plot([r["step"] for r in train], loss, label=name, **style)
         val = [r for r in rows if r.get("split") == "val"]
-        acc_ax.plot([r["step"] for r in val], [r["acc_pos"][0] for r in val], color=color, marker="o", ms=4)
+        acc_ax.plot([r["step"] for r in val], [r["accept_length"] for r in val], marker="o", ms=4, **style)
 
 
 def train_figure(curves: dict[str, list[dict]], caption: str, window: int = 10):
     """Training curves in small multiples, one column per kind of draft (`KINDS`): the training loss (trailing mean
-    over `window` steps) above, the held-out top-1 accuracy of the first draft token below, rows sharing their
-    y-axis; no colour repeats within a column, and each column's legend sits under it. `curves`: draft name -> its
-    metrics.jsonl rows (split "train": step, loss; split "val": step, acc_pos)."""
+    over `window` steps) above, the held-out accept length below (exact, what picks the exported draft), rows sharing
+    their y-axis; no colour repeats within a column but a draft's seeds, and each column's legend sits under it.
+    `curves`: draft name -> its metrics.jsonl rows (split "train": step, loss; split "val": step, accept_length)."""
     kinds: dict[str, dict[str, list[dict]]] = {}
     for name, rows in curves.items():
         kinds.setdefault(name.split("-")[0], {})[name] = rows
@@ -199,7 +204,7 @@ def train_figure(curves: dict[str, list[dict]], caption: str, window: int = 10):
         under = dict(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
         acc_ax.legend(*loss_ax.get_legend_handles_labels(), fontsize=8, **under)
     axes[0, 0].set_ylabel(f"TTT loss (mean of {window} steps)")
-    axes[1, 0].set_ylabel("held-out top-1 accuracy,\nfirst draft token")
+    axes[1, 0].set_ylabel("held-out accept length\n(exact, picks the export)")
     fig.text(0.01, 0.005, caption, fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
