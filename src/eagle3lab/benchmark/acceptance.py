@@ -146,7 +146,9 @@ def main(argv=None) -> int:
         drafts[name or Path(folder).name] = load_bench_draft(folder, target, dtype)
     records = build_eval_set(target, args.cache, sets, args.max_new_tokens)
     rows = evaluate(drafts, target, records, depths)
-    result = {"eval_set": summary(records), "table": table(rows), "per_prompt": per_prompt(rows)}
+    cut = len({r.prompt for r in rows if r.answer_cut})
+    result = {"eval_set": summary(records), "answers_cut": cut, "table": table(rows), "per_prompt": per_prompt(rows)}
+    print(f"{len(records)} prompts; {cut} answers cut where the target's single forward disagreed with the batch")
     for row in result["table"]:
         positions = ", ".join(f"{p:.3f}" for p in row["position_acceptance"])
         print(
