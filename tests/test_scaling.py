@@ -15,11 +15,11 @@ from eagle3lab.benchmark.comparisons import (
     seeds_and_prompts,
     with_drafts,
 )
+from eagle3lab.benchmark.predict import calibrated
 from eagle3lab.benchmark.scaling import (
     BEYOND,
     OUT_OF_REACH,
     CostModel,
-    calibrated,
     cost_model_from_throughput,
     describe_parameter,
     engine_cost_model,

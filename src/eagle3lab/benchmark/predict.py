@@ -23,12 +23,14 @@ capped at the cut, and its cost is that of the shorter verify and the draft step
 from __future__ import annotations
 
 import heapq
+import statistics
 from dataclasses import asdict, dataclass
 
 from eagle3lab.benchmark.costs import prefill_cost, verify_cost
 from eagle3lab.benchmark.profile import AcceptanceProfile
 from eagle3lab.benchmark.scaling import CostModel
 from eagle3lab.decoding.config import SpecConfig, valid_configs
+from eagle3lab.io import InputError
 
 THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
@@ -70,6 +72,26 @@ def cost_model(costs: dict, config: SpecConfig, other: float) -> CostModel:
         steps=config.steps,
         t_other=other,
     )
+
+
+def calibrated(cost: CostModel, measured: list[tuple[float, float]]) -> tuple[CostModel, dict]:
+    """The cost model scaled to what was measured: `measured` holds (accept length, measured speedup) pairs (stage 04's
+    timed rows of one config, one per set); the factor is the median of measured over predicted speedup, and the
+    calibrated model's round costs 1/factor as much. Returns it and the calibration: the factor, its range over the
+    pairs, and the break-even accept length that range gives (the calibration's error)."""
+    ratios = sorted(float(speedup / cost.speedup(tau)) for tau, speedup in measured)
+    if not ratios:
+        raise InputError("calibration: no measured speedup of this config (stage 04 did not time it)")
+    factor = statistics.median(ratios)
+    model = CostModel(t_target=cost.t_target, t_verify=cost.round_cost / factor, t_draft=0.0, steps=cost.steps)
+    return model, {
+        "factor": factor,
+        "factor_range": [ratios[0], ratios[-1]],
+        "points": len(ratios),
+        "break_even_tau": model.break_even_tau,
+        "break_even_range": [cost.break_even_tau / ratios[-1], cost.break_even_tau / ratios[0]],
+        "uncalibrated_break_even_tau": cost.break_even_tau,
+    }
 
 
 def request_speedup(costs: dict, requests, tau: float, round_cost: float) -> float | None:

@@ -237,26 +237,6 @@ def cost_model_from_throughput(baseline_tok_s: float, spec_tok_s: float, tau: fl
     return CostModel(t_target=t_target, t_verify=round_cost, t_draft=0.0, steps=steps)
 
 
-def calibrated(cost: CostModel, measured: list[tuple[float, float]]) -> tuple[CostModel, dict]:
-    """The cost model scaled to what was measured: `measured` holds (accept length, measured speedup) pairs (stage 04's
-    timed rows of one config, one per set); the factor is the median of measured over predicted speedup, and the
-    calibrated model's round costs 1/factor as much. Returns it and the calibration: the factor, its range over the
-    pairs, and the break-even accept length that range gives (the calibration's error)."""
-    ratios = sorted(float(speedup / cost.speedup(tau)) for tau, speedup in measured)
-    if not ratios:
-        raise InputError("calibration: no measured speedup of this config (stage 04 did not time it)")
-    factor = statistics.median(ratios)
-    model = CostModel(t_target=cost.t_target, t_verify=cost.round_cost / factor, t_draft=0.0, steps=cost.steps)
-    return model, {
-        "factor": factor,
-        "factor_range": [ratios[0], ratios[-1]],
-        "points": len(ratios),
-        "break_even_tau": model.break_even_tau,
-        "break_even_range": [cost.break_even_tau / ratios[-1], cost.break_even_tau / ratios[0]],
-        "uncalibrated_break_even_tau": cost.break_even_tau,
-    }
-
-
 def projected_tau_after_more_data(fit: ScalingFit, tau_now: float, factor: float, at_size: float) -> float:
     """Carry our fitted relative gain from `factor` x more data over to another system's measured tau.
 
