@@ -35,9 +35,13 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     eagle = next(m for m in diagnosis["modes"] if m["mode"] == "eagle")
     assert eagle["accept_length"] < 1.1
     # the data experiment: three scales, originals matched in answer tokens at two, the T=0.7 draft, two sources
-    drafts = {d["name"]: d for d in metrics["train"]["drafts"]}
+    trained = {d["name"]: d for d in metrics["train"]["drafts"]}
+    drafts = {n: d for n, d in trained.items() if not d["replicate_of"]}
     kinds = sorted(d["responses"] for d in drafts.values())
     assert kinds == ["original", "original", "regenerated", "regenerated", "regenerated", "sampled", "source", "source"]
+    # two training seeds: every draft again as NAME-seed1, picked on the target's own held-out answers
+    assert {n: d["replicate_of"] for n, d in trained.items() if d["replicate_of"]} == {f"{n}-seed1": n for n in drafts}
+    assert metrics["regen"]["val"]["success"] > 0
     partners = {d["matched_to"] for d in drafts.values() if d["responses"] in ("original", "sampled")}
     assert partners <= {n for n, d in drafts.items() if d["responses"] == "regenerated"}
     assert all(d["answer_tokens"] > 0 and d["best"] for d in drafts.values())  # each exported at its held-out best
@@ -45,14 +49,26 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     # stage 05 pairs each original and sampled draft with its partner over the sweep's prompts
     paired = {r["draft"] for r in metrics["scaling"]["paired"]}
     assert paired == {n for n, d in drafts.items() if d["responses"] in ("original", "sampled")}
+    assert all(r["seeds"] == [2, 2] and r["verdict"] in ("shown", "not shown") for r in metrics["scaling"]["paired"])
+    # every draft, every seed, scored exactly offline on the evaluation set (MT-bench's two turns and HumanEval)
+    sweep = metrics["benchmark"]["sweep"]
+    assert sweep["method"].startswith("exact offline") and sweep["meta"]["eval_set"]["mtbench"]["turns"] == {
+        "1": 2,
+        "2": 2,
+    }
+    assert {r["system"] for r in sweep["per_prompt"]} == set(trained) and len(sweep["per_prompt"]) == 5 * len(trained)
+    findings = metrics["scaling"]["findings"]
+    assert findings and {f["verdict"] for f in findings} <= {"shown", "not shown", "out of the data"}
+    assert metrics["scaling"]["local_calibration"]["points"] == 1  # the final draft timed at the sweep's config
     assert len(metrics["scaling"]["sources"]) == 2
     assert {r["config"] for r in metrics["benchmark"]["final"]["rows"]} >= {"1,0,0,0", "1,3,1,4", "1,2,2,4"}
     # the final draft served in llama.cpp, and tune's decision there
     assert {r["engine"] for r in metrics["benchmark"]["llamacpp"]["rows"]} == {"local", "llamacpp"}
     assert set(metrics["benchmark"]["llamacpp"]["tuned"]) == {"final"}
-    assert set(metrics["scaling"]["fits"]) == {"mtbench"}  # one fitted curve per prompt set
+    assert set(metrics["scaling"]["fits"]) == {"mtbench", "humaneval"}  # one fitted curve per prompt set
     figures = {p.name for p in (tmp_path / "figures").glob("*.png")}
     assert {"diagnosis.png", "scaling_accept_length.png", "benchmark_acceptance.png", "train_curves.png"} <= figures
     rendered = report.render(tmp_path / "metrics")  # docs/results.md renders from every stage's metrics
     assert "no `metrics/" not in rendered and "### 6. Scaling and break-even" in rendered
+    assert "### Findings" in rendered
     assert "One table of engines" in rendered
