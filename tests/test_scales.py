@@ -207,6 +207,8 @@ def result(**kw):
         "tokens_seen": 100,
         "answer_tokens_seen": 40,
         "steps": 3,
+        "budget_steps": 5,
+        "plateaued": True,
         "tokens_per_s": 9.0,
         "final_val": {"acc_pos": [0.5, 0.25]},
         "vocab": {"held_out_coverage": 0.9},
@@ -238,6 +240,8 @@ def test_train_json_and_the_summary_carry_the_comparison_fields(tmp_path):
         rows[0]["answer tokens"] == 77 and rows[0]["answer tokens trained"] == 40 and rows[2]["changed"] == "epochs=10"
     )
     assert rows[0]["held-out acc step 1"] == 0.25 and rows[0]["train tokens"] == 100
+    assert (rows[0]["steps"], rows[0]["step budget"], rows[0]["plateaued"], rows[0]["pick step"]) == (3, 5, True, 2)
+    assert (original["budget_steps"], original["plateaued"]) == (5, True)
 
 
 def test_a_subset_draft_trains_on_a_file_of_exactly_its_rows(data):

@@ -205,6 +205,35 @@ def test_the_exported_draft_is_the_best_held_out_one(setup, monkeypatch):
     assert not all(torch.equal(exported[k], as_exported(v)) for k, v in last.items())
 
 
+def test_patience_stops_at_the_plateau_and_a_resumed_run_stops_there_too(setup, monkeypatch):
+    """Scripted held-out accept lengths peak at step 2; with patience 2 the run stops after step 4 (two evaluations
+    in a row without a better one), exports step 2's draft, says it plateaued, and a run killed at step 3 and resumed
+    ends identically."""
+    from eagle3lab.train import loop
+
+    real_evaluate = loop.evaluate
+
+    def scripted():
+        lengths = iter([1.2, 1.6, 1.5, 1.6, 1.9, 2.0])
+        return lambda *args: {**real_evaluate(*args), "accept_length": next(lengths)}
+
+    run = dict(max_steps=6, eval_every=1, checkpoint_every=1, patience=2)
+    monkeypatch.setattr(loop, "evaluate", scripted())
+    result = train_draft(config(setup, "patient", **run))
+    assert (result["steps"], result["budget_steps"], result["plateaued"]) == (4, 6, True)
+    assert result["best"]["step"] == 2 and result["best"]["accept_length"] == 1.6
+    monkeypatch.setattr(loop, "evaluate", scripted())
+    with pytest.raises(Killed):
+        train_draft(config(setup, "patient-killed", **run), on_step=kill_at(3))
+    resumed = train_draft(config(setup, "patient-killed", resume=True, **run))  # the script goes on at step 4
+    assert resumed["steps"] == 4 and resumed["best"] == result["best"] and resumed["plateaued"]
+    monkeypatch.setattr(loop, "evaluate", scripted())
+    again = train_draft(config(setup, "patient", resume=True, **run))  # a finished, plateaued run stays stopped
+    assert again["steps"] == 4 and again["param_checksums"] == result["param_checksums"]
+    monkeypatch.setattr(loop, "evaluate", scripted())
+    assert train_draft(config(setup, "impatient", max_steps=6, eval_every=1))["plateaued"] is False
+
+
 def test_without_held_out_data_the_last_draft_is_exported(setup):
     result = train_draft(config(setup, "no-val", max_steps=2, val=None))
     last = torch.load(setup["root"] / "no-val" / "checkpoint.pt", weights_only=True)["draft"]

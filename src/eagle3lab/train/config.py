@@ -54,6 +54,11 @@ class TrainConfig:
     )
     seed: int = option(0, "seed of the draft's initialisation and of the data order")
     eval_every: int = option(100, "held-out evaluation every N steps (and at each epoch's end and the last step)")
+    patience: int | None = option(
+        None,
+        "stop once this many held-out evaluations in a row have not beaten the best (the plateau); the step budget "
+        "is then a ceiling. None: train the whole budget",
+    )
     checkpoint_every: int = option(50, "checkpoint every N steps (and at the end)")
     resume: bool = option(False, "continue the checkpoint in --output")
     # lm_head = the target's head rows over the draft vocab, norm = the target's final norm. Off by default: the
@@ -81,7 +86,7 @@ class TrainConfig:
         for name in ("ttt_length", "epochs", "batch_tokens", "max_len", "draft_vocab_size"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("checkpoint_every", "eval_every", "max_steps", "max_answer_tokens"):
+        for name in ("checkpoint_every", "eval_every", "max_steps", "max_answer_tokens", "patience"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         try:

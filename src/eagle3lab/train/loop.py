@@ -202,6 +202,14 @@ class Trainer:
             if self.curves is not None:
                 self.curves.log(row)
 
+    def plateaued(self) -> bool:
+        """The patience rule: `patience` held-out evaluations in a row have not beaten the best. The main rank
+        evaluates; every rank learns its verdict. A resumed run that had plateaued stays stopped."""
+        if not self.cfg.patience:
+            return False
+        spent = torch.tensor([float(self.best.stale >= self.cfg.patience)], device=self.device)
+        return bool(self.env.sum(spent).item() > 0)
+
     def evaluates(self, epoch: int) -> bool:
         """Held-out evaluation (main rank) every eval_every steps, at each epoch's end and at the last step."""
         if self.inputs.val is None or not self.env.main:
@@ -267,7 +275,7 @@ class Trainer:
             total=self.total, initial=self.step, unit="step", desc="train", disable=not (cfg.progress and self.env.main)
         )
         self.model.train()
-        while self.step < self.total:
+        while self.step < self.total and not self.plateaued():
             row = self.train_step()
             self.log(row)
             bar.update(1)
@@ -276,7 +284,7 @@ class Trainer:
             )
             if self.evaluates(row["epoch"]):
                 self.evaluate_held_out(row["epoch"])
-            if self.step % cfg.checkpoint_every == 0 or self.step == self.total:
+            if self.step % cfg.checkpoint_every == 0 or self.step == self.total or self.plateaued():
                 self.save(identity)
             if on_step is not None:
                 on_step(self.step, row)
@@ -341,6 +349,8 @@ def _finish(cfg: TrainConfig, env: Dist, trainer: Trainer, out: Path) -> dict:
         "features_cache": inputs.cache_stats,
         "final_val": trainer.last_val,
         "best": trainer.best.meta,
+        "budget_steps": trainer.total,
+        "plateaued": trainer.plateaued(),  # stopped by the patience rule before the budget
         "config": asdict(cfg),
     }
     if env.main:

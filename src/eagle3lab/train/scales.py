@@ -77,8 +77,9 @@ def export_final(results: dict, artifacts: Path) -> str:
 
 
 def summary_rows(results: dict) -> list[dict]:
-    """One row per draft: data, training throughput, vocab coverage, the best held-out accept length and held-out
-    accuracy per TTT step."""
+    """One row per draft: data, steps against the budget and whether the patience rule stopped it (with the step of
+    its pick), training throughput, vocab coverage, the best held-out accept length and held-out accuracy per TTT
+    step."""
     return [
         {
             "draft": name,
@@ -91,6 +92,9 @@ def summary_rows(results: dict) -> list[dict]:
             "train tokens": r["tokens_seen"],
             "answer tokens trained": r["answer_tokens_seen"],
             "steps": r["steps"],
+            "step budget": r["budget_steps"],
+            "plateaued": r["plateaued"],  # stopped by train_draft.patience before its budget
+            "pick step": (r.get("best") or {}).get("step"),
             "train tok/s": r["tokens_per_s"],
             "vocab coverage (held-out)": r["vocab"].get("held_out_coverage"),
             "best accept length (held-out)": (r.get("best") or {}).get("accept_length"),
@@ -119,6 +123,8 @@ def train_metrics(results: dict, artifacts: Path, root: Path) -> dict:
             "tokens": r["tokens_seen"],
             "answer_tokens_seen": r["answer_tokens_seen"],
             "steps": r["steps"],
+            "budget_steps": r["budget_steps"],
+            "plateaued": r["plateaued"],  # stopped by train_draft.patience before its budget
             "tokens_per_s": r["tokens_per_s"],
             "final_val": r["final_val"],
             "vocab": r["vocab"],

@@ -15,6 +15,7 @@ class BestDraft:
     def __init__(self):
         self.meta: dict | None = None
         self.weights: dict | None = None
+        self.stale = 0  # evaluations since the best (the patience rule's count)
 
     def offer(self, draft, step: int, epoch: int, length: float) -> None:
         """Keep `draft` if its held-out accept length (exact: train.loop.evaluate) beats the best so far (ties keep
@@ -22,10 +23,14 @@ class BestDraft:
         if self.meta is None or length > self.meta["accept_length"]:
             self.meta = {"step": step, "epoch": epoch, "accept_length": length}
             self.weights = draft_weights(draft)
+            self.stale = 0
+        else:
+            self.stale += 1
 
     def state(self) -> dict | None:
-        return None if self.meta is None else {**self.meta, "weights": self.weights}
+        return None if self.meta is None else {**self.meta, "weights": self.weights, "stale": self.stale}
 
     def restore(self, saved: dict | None) -> None:
-        self.meta = None if saved is None else {k: v for k, v in saved.items() if k != "weights"}
+        self.meta = None if saved is None else {k: v for k, v in saved.items() if k not in ("weights", "stale")}
         self.weights = None if saved is None else saved["weights"]
+        self.stale = 0 if saved is None else saved["stale"]
