@@ -108,7 +108,8 @@ def build_eval_set(
     key = eval_key(target, dtype, sets, max_new_tokens)
     home = Path(folder) / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     home.mkdir(parents=True, exist_ok=True)
-    write_json(home / "key.json", key)
+    if not (home / "key.json").exists():  # what the digest stands for, for a person reading the cache
+        write_json(home / "key.json", key)
     first = _turn_file(home, 1)
     if not first.exists():
         jobs = [

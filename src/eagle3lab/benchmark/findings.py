@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from eagle3lab.benchmark.comparisons import ALL_SETS, verdict
-from eagle3lab.benchmark.scaling import BEYOND, LEVEL, OUT_OF_REACH
+from eagle3lab.benchmark.scaling import LEVEL
 
 OUT_OF_DATA = "out of the data"
 FIT_UNIT = "prompts (the fit's bootstrap; seeds averaged per prompt, not resampled)"
@@ -60,7 +60,8 @@ def beside_findings(beside: list[dict]) -> list[dict]:
     """Each draft trained elsewhere against the pipeline's draft nearest its data size."""
     rows = []
     for r in beside:
-        if r["set"] not in (ALL_SETS, "mtbench") or (r["set"] == "mtbench" and r["paired"]):
+        # one row a draft: over every prompt where the sweep paired it, else MT-bench's set means (no all-sets row)
+        if r["set"] != (ALL_SETS if r["paired"] else "mtbench"):
             continue
         question = f"{r['draft']} minus the pipeline's {r['pipeline_draft']}"
         unit = _difference_unit(r.get("seeds")) if r["paired"] else "set means (not paired: no interval)"
@@ -114,7 +115,7 @@ def curve_findings(fits: dict, needed: list[dict], prompts: dict[str, int], seed
         records, interval = r["records"], r["interval"] or [None, None]
         inside = isinstance(records, (int, float)) and math.isfinite(records) and records <= max(fits[r["set"]].sizes)
         whole = all(isinstance(x, (int, float)) and math.isfinite(x) for x in interval)
-        result = OUT_OF_DATA if records in (BEYOND, OUT_OF_REACH) or not inside else ("shown" if whole else "not shown")
+        result = OUT_OF_DATA if not inside else ("shown" if whole else "not shown")  # BEYOND, OUT_OF_REACH: not inside
         rows.append(
             _row(
                 f"conversations for {r['speedup']:g}x in {r['engine']} ({r['shape']}), {r['set']}",

@@ -204,7 +204,7 @@ class Trainer:
 
     def plateaued(self) -> bool:
         """The patience rule: `patience` held-out evaluations in a row have not beaten the best. The main rank
-        evaluates; every rank learns its verdict. A resumed run that had plateaued stays stopped."""
+        evaluates; every rank learns its verdict."""
         if not self.cfg.patience:
             return False
         spent = torch.tensor([float(self.best.stale >= self.cfg.patience)], device=self.device)
@@ -275,7 +275,8 @@ class Trainer:
             total=self.total, initial=self.step, unit="step", desc="train", disable=not (cfg.progress and self.env.main)
         )
         self.model.train()
-        while self.step < self.total and not self.plateaued():
+        stop = self.plateaued()  # a resumed run that had plateaued stays stopped
+        while self.step < self.total and not stop:
             row = self.train_step()
             self.log(row)
             bar.update(1)
@@ -284,7 +285,8 @@ class Trainer:
             )
             if self.evaluates(row["epoch"]):
                 self.evaluate_held_out(row["epoch"])
-            if self.step % cfg.checkpoint_every == 0 or self.step == self.total or self.plateaued():
+            stop = self.plateaued()  # one verdict (and, under DDP, one collective) a step
+            if self.step % cfg.checkpoint_every == 0 or self.step == self.total or stop:
                 self.save(identity)
             if on_step is not None:
                 on_step(self.step, row)
