@@ -69,9 +69,13 @@ test: setup data model vllm llamacpp specforge lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # Stage commands call `python`: put the project's environment first on PATH.
+# metrics/repro.log (eagle3lab.pipeline.repro_log): the commit, the CPU and each stage's minutes, committed with the
+# metrics they produced.
 repro: setup data model vllm llamacpp
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
+	$(BIN)/python -m eagle3lab.pipeline.repro_log begin
+	PATH="$(abspath $(BIN)):$$PATH" EAGLE3LAB_REPRO_LOG="$(abspath metrics/repro.log)" $(BIN)/dvc repro
 	$(BIN)/python -m eagle3lab.pipeline.report  # docs/results.md's generated tables, from metrics/
+	$(BIN)/python -m eagle3lab.pipeline.repro_log end
 
 smoke: setup data model llamacpp
 	$(BIN)/python -m eagle3lab.pipeline.smoke

@@ -49,6 +49,13 @@ def test_paired_findings_ask_whether_regenerating_beats_the_originals():
     assert sampled["verdict"] == "not shown" and "one seed" in sampled["unit"]
 
 
+def test_an_ablation_is_asked_against_the_shared_recipe_at_its_scale():
+    row = paired_row("ablation", 0.06, 0.02, 0.10) | {"draft": "ablation-draftvocabsize16384-00350"}
+    (finding,) = paired_findings([row | {"partner": "scale-00350"}])
+    assert finding["question"] == "ablation-draftvocabsize16384-00350 minus the shared recipe (scale-00350)"
+    assert finding["figure"] == 0.06 and finding["verdict"] == "shown"
+
+
 def test_beside_findings_keep_the_all_sets_row_and_unpaired_set_means():
     paired = {"draft": "gpu", "pipeline_draft": "scale-02200", "paired": True, "difference": 0.2, "low": 0.1}
     paired |= {"high": 0.3, "prompts": 444, "seeds": [1, 2], "verdict": "shown"}

@@ -145,6 +145,9 @@ def test_scales_and_ablations(data):
     )
     assert [r.name for r in runs] == ["scale-00004", "scale-00008", "ablation-epochs10-00008"]
     assert runs[-1].overrides == {"epochs": 10} and runs[-1].answer_tokens == runs[1].answer_tokens
+    assert runs[-1].matched_to == "scale-00008"  # the lever is compared with the shared recipe at its scale
+    alone, _ = plan(data, scales=[4], ablations=[{"scale": 8, "epochs": 10}])
+    assert alone[-1].matched_to is None  # no draft of the shared recipe at 8 conversations to compare with
     assert skipped == [
         "scale-00064: 40 regenerated conversations",
         "ablation-tttlength7-00099: 40 regenerated conversations",

@@ -34,21 +34,32 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     assert diagnosis["doctor"]["wrong"]["exit_code"] == 1 and diagnosis["doctor"]["fixed"]["exit_code"] == 0
     eagle = next(m for m in diagnosis["modes"] if m["mode"] == "eagle")
     assert eagle["accept_length"] < 1.1
-    # the data experiment: three scales, originals matched in answer tokens at two, the T=0.7 draft, two sources
+    # the data experiment: three scales, originals matched in answer tokens at two, the T=0.7 draft, two sources, and
+    # one recipe lever
     trained = {d["name"]: d for d in metrics["train"]["drafts"]}
     drafts = {n: d for n, d in trained.items() if not d["replicate_of"]}
     kinds = sorted(d["responses"] for d in drafts.values())
-    assert kinds == ["original", "original", "regenerated", "regenerated", "regenerated", "sampled", "source", "source"]
+    assert kinds == [
+        "ablation",
+        "original",
+        "original",
+        "regenerated",
+        "regenerated",
+        "regenerated",
+        "sampled",
+        "source",
+        "source",
+    ]
     # two training seeds: every draft again as NAME-seed1, picked on the target's own held-out answers
     assert {n: d["replicate_of"] for n, d in trained.items() if d["replicate_of"]} == {f"{n}-seed1": n for n in drafts}
     assert metrics["regen"]["val"]["success"] > 0
-    partners = {d["matched_to"] for d in drafts.values() if d["responses"] in ("original", "sampled")}
+    partners = {d["matched_to"] for d in drafts.values() if d["responses"] in ("original", "sampled", "ablation")}
     assert partners <= {n for n, d in drafts.items() if d["responses"] == "regenerated"}
     assert all(d["answer_tokens"] > 0 and d["best"] for d in drafts.values())  # each exported at its held-out best
     assert metrics["regen"]["sampled"]["temperature"] == 0.7 and metrics["regen"]["sampled"]["success"] > 0
-    # stage 05 pairs each original and sampled draft with its partner over the sweep's prompts
+    # stage 05 pairs each original, sampled and ablation draft with its partner over the evaluation prompts
     paired = {r["draft"] for r in metrics["scaling"]["paired"]}
-    assert paired == {n for n, d in drafts.items() if d["responses"] in ("original", "sampled")}
+    assert paired == {n for n, d in drafts.items() if d["responses"] in ("original", "sampled", "ablation")}
     assert all(r["seeds"] == [2, 2] and r["verdict"] in ("shown", "not shown") for r in metrics["scaling"]["paired"])
     # every draft, every seed, scored exactly offline on the evaluation set (MT-bench's two turns and HumanEval)
     sweep = metrics["benchmark"]["sweep"]

@@ -185,3 +185,20 @@ def test_a_dvc_experiment_copy_is_the_root_its_stages_read(tmp_path):
     ).stdout.strip()
     assert printed == str(tmp_path.resolve() / "params.yaml")
     assert paths.ROOT / "params.yaml" == paths.PARAMS != tmp_path / "params.yaml"  # without it: the checkout
+
+
+def test_repro_log_holds_each_stage_make_repro_ran_and_the_total(tmp_path, monkeypatch):
+    from eagle3lab.pipeline import repro_log
+
+    log = tmp_path / "repro.log"
+    monkeypatch.delenv(repro_log.ENV, raising=False)
+    repro_log.begin(log)
+    repro_log.stage("by_hand", 60.0)  # no make repro around it: not logged
+    monkeypatch.setenv(repro_log.ENV, str(log))
+    repro_log.stage("regenerate", 90.0)
+    repro_log.end(log)
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith("# make repro began") and "cores" in lines[0]
+    stages = [line.split() for line in lines if not line.startswith("#")]
+    assert [(s[0], s[2]) for s in stages] == [("regenerate", "1.5")]
+    assert lines[-1].startswith("# make repro ended") and lines[-1].endswith("minutes in all")

@@ -266,6 +266,23 @@ def test_token_cap_bounds_tokens_and_steps_and_the_schedule_spans_it(setup):
         train_draft(config(setup, "cap-too-small", val=None, max_answer_tokens=10))
 
 
+def test_answer_token_floor_adds_whole_passes_until_reached(setup):
+    from eagle3lab.io import InputError
+
+    two = train_draft(config(setup, "two-passes", max_steps=None, epochs=2, val=None))
+    rows = list(read_jsonl(setup["root"] / "two-passes" / "metrics.jsonl"))
+    one_pass = sum(r["epoch"] == 0 for r in rows)
+    first_pass_tokens = rows[one_pass - 1]["answer_tokens"]
+    reached = train_draft(
+        config(setup, "floor-met", max_steps=None, epochs=1, val=None, min_answer_tokens=first_pass_tokens)
+    )
+    assert reached["steps"] == one_pass  # one pass already holds the floor: no more passes
+    short = config(setup, "floor-short", max_steps=None, epochs=1, val=None, min_answer_tokens=first_pass_tokens + 1)
+    assert train_draft(short)["steps"] == two["steps"]  # one token short: a whole second pass, the same data order
+    with pytest.raises(InputError, match="min_answer_tokens 9 exceeds max_answer_tokens 8"):
+        config(setup, "floor-over-cap", val=None, min_answer_tokens=9, max_answer_tokens=8).check()
+
+
 def test_head_starts_fresh_unless_copied_from_the_target(setup):
     from eagle3lab.models.target import load_target
 
@@ -560,5 +577,5 @@ def test_train_runs_exports_drafts_and_the_final_one(setup):
         ("original", None, "scale-00006"),
         ("source", "a", None),
         ("source", "b", None),
-        ("ablation", None, None),
+        ("ablation", None, "scale-00006"),
     ]

@@ -36,7 +36,8 @@ def _difference_unit(seeds) -> str:
 
 
 def paired_findings(paired: list[dict]) -> list[dict]:
-    """Regenerated against original answers (at equal answer tokens), and T=0 against T=0.7, over every prompt."""
+    """Regenerated against original answers (at equal answer tokens), T=0 against T=0.7, and each recipe lever
+    against the shared recipe at its scale, over every prompt."""
     rows = []
     for r in paired:
         if r["set"] != ALL_SETS:
@@ -45,7 +46,10 @@ def paired_findings(paired: list[dict]) -> list[dict]:
             question = f"regenerated minus original answers, {r['scale']} conversations' answer tokens"
             figure, low, high = -r["difference"], _neg(r["high"]), _neg(r["low"])
         else:
-            question = f"sampled (T=0.7) minus greedy (T=0) answers, {r['scale']} conversations"
+            if r["responses"] == "sampled":
+                question = f"sampled (T=0.7) minus greedy (T=0) answers, {r['scale']} conversations"
+            else:
+                question = f"{r['draft']} minus the shared recipe ({r['partner']})"
             figure, low, high = r["difference"], r["low"], r["high"]
         unit = _difference_unit(r.get("seeds"))
         rows.append(_row(question, figure, low, high, unit, r["prompts"], r.get("seeds"), verdict(low, high)))

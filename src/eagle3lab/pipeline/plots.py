@@ -215,9 +215,12 @@ def _empty(ax, message: str) -> None:
     ax.set_axis_off()
 
 
+PAIRED_MARKERS = {"original": "o", "sampled": "s", "ablation": "^"}
+
+
 def paired_figure(rows: list[dict], caption: str):
-    """Accept length of each original and sampled draft minus its regenerated (T=0) partner, by the partner's scale
-    (`comparisons.paired_comparisons` rows): a marker per set, bootstrap interval as bars, zero as a line."""
+    """Accept length of each original, sampled and ablation draft minus its regenerated (T=0) partner, by the partner's
+    scale (`comparisons.paired_comparisons` rows): a marker per set, bootstrap interval as bars, zero as a line."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     if not rows:
         _empty(ax, "no original or sampled draft matched to a regenerated one in metrics/train.json")
@@ -227,17 +230,19 @@ def paired_figure(rows: list[dict], caption: str):
         shift = 1.06 ** (sets.index(r["set"]) - (len(sets) - 1) / 2)  # side by side on the log axis
         low, high = (r["difference"], r["difference"]) if r["low"] is None else (r["low"], r["high"])
         err = [[r["difference"] - low], [high - r["difference"]]]
-        marker = "o" if r["responses"] == "original" else "s"
+        marker = PAIRED_MARKERS[r["responses"]]
         ax.errorbar(r["scale"] * shift, r["difference"], yerr=err, fmt=marker, color=colors[r["set"]], capsize=3)
     for name, color in colors.items():
         ax.plot([], [], "o", color=color, label=name)
-    for responses, marker in (("original", "o"), ("sampled", "s")):
-        ax.plot([], [], marker, color="grey", mfc="none", label=f"{responses} minus its regenerated T=0 partner")
+    for responses, marker in PAIRED_MARKERS.items():
+        if any(r["responses"] == responses for r in rows):
+            ax.plot([], [], marker, color="grey", mfc="none", label=f"{responses} minus its regenerated T=0 partner")
     if rows:
         ax.axhline(0.0, color="k", lw=1)
         ax.set(xscale="log", xlabel="conversations of the regenerated partner", ylabel="accept length difference")
         ax.legend(fontsize=8)
-    ax.set_title("equal target tokens: original (o) and T=0.7 (s) minus regenerated T=0, 90% CI", fontsize=10)
+    title = "equal target tokens: original (o), T=0.7 (s) and one recipe lever (^) minus regenerated T=0, 90% CI"
+    ax.set_title(title, fontsize=10)
     fig.text(0.01, 0.005, caption, fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig

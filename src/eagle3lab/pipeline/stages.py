@@ -15,6 +15,7 @@ import difflib
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -22,6 +23,7 @@ import yaml
 
 from eagle3lab import paths
 from eagle3lab.io import atomic_path
+from eagle3lab.pipeline import repro_log
 
 SHARED_SECTION = "common"
 # Params sections that are no stage's, and what reads each: a stage never receives them.
@@ -250,11 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.deps:
         print("\n".join(code_deps(notebook_for(args.stage))))
         return 0
+    started = time.monotonic()
     try:
         out = run_stage(args.stage, args.params, args.output)
     except StageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    repro_log.stage(args.stage, time.monotonic() - started)
     print(f"stage '{args.stage}' done: {out}")
     return 0
 

@@ -33,6 +33,11 @@ class TrainConfig:
     draft_vocab_size: int = option(8192, "draft vocabulary: the most frequent assistant tokens of the training data")
     ttt_length: int = option(3, "training-time-test unroll length (draft steps trained per position)")
     epochs: int = option(1, "most passes over the training data (max_answer_tokens may stop sooner)")
+    min_answer_tokens: int | None = option(
+        None,
+        "train on at least this many answer tokens: more passes than --epochs over data that holds fewer, so a "
+        "small data scale reaches its plateau (the patience rule then stops it); default: --epochs passes",
+    )
     max_steps: int | None = option(None, "stop after this many optimizer steps")
     max_answer_tokens: int | None = option(
         None,
@@ -86,9 +91,20 @@ class TrainConfig:
         for name in ("ttt_length", "epochs", "batch_tokens", "max_len", "draft_vocab_size"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("checkpoint_every", "eval_every", "max_steps", "max_answer_tokens", "patience"):
+        for name in (
+            "checkpoint_every",
+            "eval_every",
+            "max_steps",
+            "min_answer_tokens",
+            "max_answer_tokens",
+            "patience",
+        ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.min_answer_tokens and self.max_answer_tokens and self.min_answer_tokens > self.max_answer_tokens:
+            raise InputError(
+                f"min_answer_tokens {self.min_answer_tokens} exceeds max_answer_tokens {self.max_answer_tokens}"
+            )
         try:
             resolve_device(self.device)
         except ValueError as e:

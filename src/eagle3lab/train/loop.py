@@ -130,19 +130,22 @@ class Trainer:
         self.best, self.curves = BestDraft(), None
 
     def _plan(self) -> list[tuple[int, int, list[int]]]:
-        """The whole data order, fixed by (seed, epoch): position in it is the step counter. It ends before the first
-        step that would take the answer tokens trained on (summed over ranks) past max_answer_tokens, so the cosine
-        schedule spans the capped run. Answer tokens, not all tokens: drafts on answers of unequal prompts (original
-        against regenerated ones) then learn from equal numbers of predicted tokens."""
+        """The whole data order, fixed by (seed, epoch): position in it is the step counter. It holds `epochs` passes,
+        more while the answer tokens trained on (summed over ranks) are short of min_answer_tokens, and ends before
+        the first step that would take them past max_answer_tokens, so the cosine schedule spans the run. Answer
+        tokens, not all tokens: drafts on answers of unequal prompts (original against regenerated ones) then learn
+        from equal numbers of predicted tokens."""
         cfg, env, lengths, answers = self.cfg, self.env, self.inputs.train.lengths, self.inputs.train.answer_lengths
-        plan, tokens = [], 0
-        for epoch in range(cfg.epochs):
+        plan, tokens, epoch = [], 0, 0
+        while epoch < cfg.epochs or tokens < (cfg.min_answer_tokens or 0):
             batches = make_batches(lengths, cfg.batch_tokens, cfg.seed, epoch)
             per_rank = len(batches) // env.world
             if per_rank == 0:
                 raise InputError(
                     f"{cfg.data}: {len(batches)} batches cannot feed {env.world} ranks; lower --batch-tokens"
                 )
+            if epoch and tokens == 0:
+                raise InputError(f"{cfg.data}: no answer tokens to train on (min_answer_tokens cannot be reached)")
             for i in range(per_rank):
                 step_batches = batches[i * env.world : (i + 1) * env.world]
                 tokens += sum(answers[j] for b in step_batches for j in b)
@@ -154,6 +157,7 @@ class Trainer:
                         )
                     return plan
                 plan.append((epoch, i, step_batches[env.rank]))
+            epoch += 1
         return plan
 
     @property

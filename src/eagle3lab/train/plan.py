@@ -8,7 +8,7 @@
 - `sampled-NNNNN`: the temperature regeneration's answers to scale-NNNNN's conversations.
 - `source-ID`: one source's regenerated conversations only, every listed source at the same answer tokens (the
   smallest source's total).
-- `ablation-...`: regenerated answers at one scale with one recipe lever changed.
+- `ablation-...`: regenerated answers at one scale with one recipe lever changed, matched to that scale's draft.
 - `NAME-seedK`: with `seeds` > 1, every draft above again with training seed `seed` + K (initialisation and data
   order): the replicates whose spread puts training noise into every comparison's interval.
 
@@ -202,7 +202,9 @@ def plan_runs(
         if scale > available:
             skipped.append(f"{name}: {available} regenerated conversations")
             continue
-        runs.append(DraftRun(name, train_data, scale, "ablation", sum(regen.counts[:scale]), overrides))
+        partner = regen.drafts.get(scale)  # the shared recipe at the same scale, when that scale is trained
+        tokens = sum(regen.counts[:scale])
+        runs.append(DraftRun(name, train_data, scale, "ablation", tokens, overrides, partner and partner.name))
     replicates = [
         replace(run, name=f"{run.name}-seed{k}", replicate_of=run.name, seed=seed + k)
         for k in range(1, seeds)
