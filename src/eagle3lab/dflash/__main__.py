@@ -1,0 +1,163 @@
+"""`python -m eagle3lab.dflash train|acceptance|generate|export|bench`: the block drafter's commands (docs/dflash.md).
+
+- train: a DFlash draft from the data and feature cache EAGLE-3's training uses (every `eagle3lab train` option
+  too, plus the block's);
+- acceptance: exact offline accept length on the evaluation set, beside EAGLE-3 drafts if named with --eagle3;
+- generate: greedy block decoding in the local engine, checked token for token against plain greedy decoding;
+- export: the GGUF llama.cpp serves, checked against the draft and the target;
+- bench: timed in one engine (local, vllm, llamacpp) against its own baseline, outputs compared.
+Exit codes: 0 done, 1 a check failed (generate's output differs, training's loss is not finite), 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+from eagle3lab.io import InputError
+from eagle3lab.options import add_options, from_options
+
+
+def _train(argv) -> int:
+    from eagle3lab.dflash.train import DFlashTrainConfig, train_dflash
+
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash train", description="Train a DFlash draft.")
+    add_options(parser, DFlashTrainConfig)
+    result = train_dflash(from_options(parser.parse_args(argv), DFlashTrainConfig))
+    best = result["best"] or {}
+    print(
+        f"trained {result['steps']} of {result['budget_steps']} steps at {result['tokens_per_s']:.0f} tok/s; held-out "
+        f"accept length {best.get('accept_length')} at step {best.get('step')}\ndraft: {result['draft']}"
+    )
+    return 0
+
+
+def _acceptance(argv) -> int:
+    from eagle3lab.benchmark import acceptance as chain
+    from eagle3lab.benchmark.eval_set import DEFAULT_SETS, build_eval_set, parse_sets, summary
+    from eagle3lab.benchmark.systems import load_bench_draft
+    from eagle3lab.dflash import acceptance
+    from eagle3lab.dflash.model import load_dflash
+    from eagle3lab.io import write_json
+    from eagle3lab.models.target import DEFAULT_TARGET, load_target
+    from eagle3lab.paths import ARTIFACTS
+
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash acceptance")
+    parser.add_argument("drafts", nargs="+", help="DFlash draft folders (name=folder to label one)")
+    parser.add_argument("--eagle3", nargs="*", default=[], help="EAGLE-3 drafts to score beside them (chain depth)")
+    parser.add_argument("--depth", type=int, default=3, help="the EAGLE-3 drafts' chain depth")
+    parser.add_argument("--target", default=DEFAULT_TARGET)
+    parser.add_argument("--sets", default=",".join(f"{k}:{v or 'all'}" for k, v in DEFAULT_SETS.items()))
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--cache", default=str(ARTIFACTS / "eval"), help="folder of cached evaluation sets")
+    parser.add_argument("--output", help="write the table and the per-prompt rows to this JSON file")
+    args = parser.parse_args(argv)
+    sets = {}
+    for part in args.sets.split(","):
+        name, _, n = part.partition(":")
+        sets[name.strip()] = None if n in ("", "all") else int(n)
+    sets = parse_sets(sets)
+    target = load_target(args.target, dtype=torch.float32)
+    records = build_eval_set(target, args.cache, sets, args.max_new_tokens)
+
+    def named(spec):
+        name, _, folder = spec.rpartition("=")
+        return name or folder.rstrip("/").split("/")[-1], folder
+
+    blocks = {name: load_dflash(folder, torch.float32) for name, folder in map(named, args.drafts)}
+    rows = acceptance.evaluate(blocks, target, records)
+    if args.eagle3:
+        chains = {name: load_bench_draft(folder, target, torch.float32) for name, folder in map(named, args.eagle3)}
+        rows += chain.evaluate(chains, target, records, [args.depth])
+    table = chain.table(rows)
+    for row in table:
+        if row["set"] == "all":
+            print(f"{row['system']:<40} depth {row['depth']}  accept length {row['accept_length']:.3f}")
+    if args.output:
+        write_json(args.output, {"eval_set": summary(records), "table": table, "per_prompt": chain.per_prompt(rows)})
+    return 0
+
+
+def _generate(argv) -> int:
+    from eagle3lab.benchmark.prompts import encode_chat
+    from eagle3lab.decoding.engine import generate
+    from eagle3lab.dflash.engine import DFlashEngine
+    from eagle3lab.dflash.model import load_dflash
+    from eagle3lab.models.target import DEFAULT_TARGET, load_target
+
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash generate")
+    parser.add_argument("draft", help="DFlash draft folder")
+    parser.add_argument("prompt", help="a user message")
+    parser.add_argument("--target", default=DEFAULT_TARGET)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    args = parser.parse_args(argv)
+    target = load_target(args.target, dtype=torch.float32)
+    prompt = encode_chat(target.tokenizer, [{"role": "user", "content": args.prompt}])
+    eos = [target.tokenizer.eos_token_id]
+    block = DFlashEngine(target.model, load_dflash(args.draft, torch.float32), eos_token_ids=eos)
+    out = block.generate(prompt, args.max_new_tokens)
+    plain = generate(target.model, prompt, args.max_new_tokens, eos_token_ids=eos)
+    print(json.dumps({**out.summary(), "identical_to_greedy": out.tokens == plain.tokens}, indent=1))
+    print(target.tokenizer.decode(out.tokens))
+    return 0 if out.tokens == plain.tokens else 1
+
+
+def _export(argv) -> int:
+    from eagle3lab.dflash.export import export_dflash_gguf
+    from eagle3lab.models.target import DEFAULT_TARGET
+
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash export")
+    parser.add_argument("draft", help="DFlash draft folder")
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="the target the draft serves (an embedded spec)")
+    parser.add_argument("--out", help="output file (default: DRAFT.gguf beside the folder)")
+    args = parser.parse_args(argv)
+    print(export_dflash_gguf(args.draft, args.target, args.out))
+    return 0
+
+
+def _bench(argv) -> int:
+    from eagle3lab.benchmark.run import BenchSettings
+    from eagle3lab.dflash import serve
+    from eagle3lab.io import write_json
+
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash bench")
+    parser.add_argument("draft", help="DFlash draft folder")
+    add_options(parser, BenchSettings)
+    args = parser.parse_args(argv)
+    settings = from_options(args, BenchSettings)
+    result = (serve.local if settings.engine == "local" else serve.served)(settings, args.draft)
+    for row in result["rows"]:
+        if row.get("set", "all") != "all" and settings.engine != "local":
+            continue
+        print({k: row.get(k) for k in ("engine", "set", "system", "tokens_per_s", "accept_length", "identical_rate",
+                                       "speedup_vs_baseline")})  # fmt: skip
+    if settings.output:
+        write_json(settings.output, result)
+    return 0
+
+
+COMMANDS = {"train": _train, "acceptance": _acceptance, "generate": _generate, "export": _export, "bench": _bench}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from eagle3lab.models.checkpoint import DraftFormatError
+    from eagle3lab.train.loop import TrainingError
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except (InputError, DraftFormatError) as e:
+        print(f"eagle3lab.dflash {argv[0]}: {e}", file=sys.stderr)
+        return 2
+    except TrainingError as e:
+        print(f"eagle3lab.dflash {argv[0]}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Exact offline acceptance of DFlash drafts on the evaluation set (`benchmark.eval_set`): the rows, pooling and
+tables of `benchmark.acceptance`, with the block's hits in place of the chain's. A block of size B is scored at its
+one depth, B - 1 drafts."""
+
+from __future__ import annotations
+
+from eagle3lab.benchmark.acceptance import PromptAcceptance
+from eagle3lab.benchmark.eval_set import teacher_forced
+from eagle3lab.decoding.offline import walk
+from eagle3lab.dflash.offline import block_hits
+
+
+def evaluate(drafts: dict, target, records, progress: bool = True) -> list[PromptAcceptance]:
+    """PromptAcceptance of every DFlash draft (name -> DFlashDraft) on every record: one target forward a record
+    for every draft that reads the same target layers."""
+    from tqdm import tqdm
+
+    embed = target.model.get_input_embeddings().weight
+    head = target.model.get_output_embeddings().weight
+    by_layers: dict[tuple, dict] = {}
+    for name, draft in drafts.items():
+        by_layers.setdefault(tuple(draft.config.target_layer_ids), {})[name] = draft
+    out = []
+    for layers, group in by_layers.items():
+        for tf in tqdm(teacher_forced(target, records, list(layers)), total=len(records), disable=not progress):
+            prompt_tokens, tokens = len(tf.record.prompt_ids), max(tf.answer_tokens - 1, 0)
+            for name, draft in group.items():
+                hits = block_hits(draft, embed, head, tf.aux, tf.ids, first=prompt_tokens - 1)
+                depth = draft.config.drafted
+                accepted = walk(hits, prompt_tokens, tf.answer_tokens, depth)
+                out.append(PromptAcceptance(name, tf.record.set, tf.record.id, depth, tokens, accepted, tf.cut))
+    return out

@@ -1,0 +1,262 @@
+"""DFlash draft training from the same inputs as EAGLE-3's: the data files, the offline feature cache (the same
+target layers, so one cache serves both drafters), the step plan, checkpoints, held-out pick and patience rule of
+`train.loop.Trainer`, which this trainer extends with the block drafter's model, loss and exact held-out walk.
+
+The loss (SpecForge's and speculators' recipe): blocks anchored at random answer positions of each conversation, all
+drafted in one forward; slot k of a block anchored at a is trained, by cross entropy, towards the target's own greedy
+choice of token a + k (the cached argmax, so what verification will compare with), weighted exp(-(k - 1) / gamma) as
+the later slots count for less (a round stops at its first miss)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from eagle3lab.decoding.offline import last_answer, walk
+from eagle3lab.devices import autocast, clock, resolve_device
+from eagle3lab.dflash.config import DFlashConfig
+from eagle3lab.dflash.model import DFlashDraft, draft_blocks, save_dflash
+from eagle3lab.dflash.offline import block_hits
+from eagle3lab.io import InputError, read_jsonl, write_json, write_jsonl
+from eagle3lab.options import option
+from eagle3lab.train.batches import make_batches
+from eagle3lab.train.config import TrainConfig
+from eagle3lab.train.distributed import init_distributed
+from eagle3lab.train.inputs import load_inputs
+from eagle3lab.train.loop import Trainer, TrainingError, _open_output, lr_factor
+from eagle3lab.train.resume import param_checksum, set_rng_state
+from eagle3lab.train.selection import BestDraft
+
+
+@dataclass
+class DFlashTrainConfig(TrainConfig):
+    """TrainConfig's data, schedule, checkpoint and held-out settings, plus the block drafter's. The EAGLE-3 fields
+    (draft_vocab_size, ttt_length, init_head_from_target) are unused: a DFlash draft drafts with the target's head."""
+
+    block_size: int = option(4, "the anchor plus block_size - 1 drafted tokens (vLLM's num_speculative_tokens + 1)")
+    num_draft_layers: int = option(1, "draft decoder layers")
+    mask_token_id: int | None = option(
+        None, "the block's mask token (default: a vocabulary row the tokenizer leaves unused, else the rarest "
+        "special token of the training answers)"
+    )  # fmt: skip
+    anchors: int = option(64, "blocks trained per conversation and step, anchored at random answer positions")
+    decay_gamma: float = option(4.0, "slot k's loss weight exp(-(k - 1) / gamma) (SpecForge: 7 for blocks of 16)")
+    lr: float = option(6e-4, "peak learning rate (AdamW, cosine decay; SpecForge's DFlash default)")
+
+    def check(self) -> None:
+        super().check()
+        for name in ("block_size", "num_draft_layers", "anchors"):
+            if getattr(self, name) < (2 if name == "block_size" else 1):
+                raise InputError(f"{name} {getattr(self, name)} is too small")
+        if self.decay_gamma <= 0:
+            raise InputError(f"decay_gamma must be > 0, got {self.decay_gamma}")
+
+
+def mask_token(tokenizer, vocab_size: int, answer_counts: torch.Tensor) -> int:
+    """A row the tokenizer never produces when the embedding has spare rows (z-lab's choice), else the special token
+    least seen in the training answers (ties: the highest id)."""
+    if len(tokenizer) < vocab_size:
+        return len(tokenizer)
+    special = sorted({int(i) for i in tokenizer.all_special_ids} | set(tokenizer.added_tokens_decoder))
+    return min(reversed(special), key=lambda i: int(answer_counts[i]))
+
+
+def block_loss(draft, embed, head, batch: dict, cfg: DFlashTrainConfig, generator) -> dict:
+    """The weighted loss of one batch, per-slot loss sums, correct counts and scored slots."""
+    drafted = cfg.block_size - 1
+    weights = torch.exp(-torch.arange(drafted, dtype=torch.float32) / cfg.decay_gamma).to(embed.device)
+    total_loss = torch.zeros((), device=embed.device)
+    total_weight = torch.zeros((), device=embed.device)
+    sums, correct, counts = (torch.zeros(drafted, device=embed.device) for _ in range(3))
+    for row, t in enumerate(batch["lengths"].tolist()):
+        ids, mask, argmax = batch["input_ids"][row, :t], batch["loss_mask"][row, :t], batch["argmax"][row, :t]
+        candidates = torch.nonzero(mask[1:-1]).flatten() + 1  # answer tokens with a token after them
+        if candidates.numel() == 0:
+            continue
+        pick = torch.randperm(candidates.numel(), generator=generator)[: cfg.anchors].to(candidates.device)
+        anchors = candidates[pick].sort().values
+        with autocast(ids.device, torch.bfloat16 if cfg.bf16 else None):
+            logits = draft_blocks(draft, embed, head, batch["aux"][row, :t], ids, anchors)  # [N, drafted, V]
+        labels_at = anchors[:, None] + torch.arange(1, drafted + 1, device=ids.device)  # token a + k
+        inside = labels_at < t
+        labels_at = labels_at.clamp(max=t - 1)
+        valid = inside & mask[labels_at]
+        labels = argmax[labels_at - 1]  # the target's greedy choice of token a + k
+        ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view_as(labels)
+        total_loss = total_loss + (ce * valid * weights).sum()
+        total_weight = total_weight + (valid * weights).sum()
+        sums += (ce * valid).sum(0).detach()
+        correct += ((logits.argmax(-1) == labels) & valid).sum(0)
+        counts += valid.sum(0)
+    loss = total_loss / total_weight.clamp(min=1e-9)
+    return {"loss": loss, "loss_sum": sums, "correct": correct, "count": counts}
+
+
+class DFlashTrainer(Trainer):
+    """train.loop.Trainer with the block drafter: its model, loss and held-out walk."""
+
+    def __init__(self, cfg: DFlashTrainConfig, env, device, inputs, out):  # long: the base's state, set up again
+        if env.world > 1:
+            raise InputError("DFlash training runs on one process (no torchrun)")
+        self.cfg, self.env, self.device, self.inputs, self.out = cfg, env, device, inputs, out
+        target = inputs.target
+        self.embed = target.model.get_input_embeddings().weight.detach()
+        self.head = target.model.get_output_embeddings().weight.detach()
+        token = cfg.mask_token_id
+        if token is None:
+            token = mask_token(target.tokenizer, target.vocab_size, answer_counts(inputs.train, target.vocab_size))
+        config = DFlashConfig.from_target(
+            target.model.config,
+            mask_token_id=token,
+            block_size=cfg.block_size,
+            num_hidden_layers=cfg.num_draft_layers,
+            target_layer_ids=[i - 1 for i in inputs.indices],  # the cache's layers, in DFlash ids
+        )
+        self.draft = self.model = DFlashDraft(config).to(device)
+        self.params = list(self.draft.parameters())
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+        self.plan = self._plan()
+        total = min(len(self.plan), cfg.max_steps) if cfg.max_steps else len(self.plan)
+        warmup = max(1, int(cfg.warmup_ratio * total))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_factor(s, total, warmup, cfg.min_lr_ratio)
+        )
+        self.total, self.step, self.tokens_seen, self.answer_tokens_seen = total, 0, 0, 0
+        self.train_time, self.last_val = 0.0, None
+        self.best, self.curves = BestDraft(), None
+
+    def restore(self, state: dict) -> None:
+        self.draft.load_state_dict(state["draft"])  # all of it: a DFlash draft holds no target weights
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"], self.device)
+        self.best.restore(state["best"])
+        self.step, self.tokens_seen, self.train_time = state["step"], state["tokens_seen"], state["train_time"]
+        self.answer_tokens_seen = state["answer_tokens_seen"]
+        if self.metrics_path.exists():  # rows logged after the checkpoint are redone
+            kept = [r for r in read_jsonl(self.metrics_path, tolerate_torn_tail=True) if r["step"] <= self.step]
+            write_jsonl(self.metrics_path, kept)
+
+    def train_step(self) -> dict:
+        cfg = self.cfg
+        epoch, batch_no, rows = self.plan[self.step]
+        t0 = clock(self.device)
+        batch = self.inputs.train.batch(rows)
+        # the anchors of step s are drawn from (seed, s): a resumed run trains on the blocks an uninterrupted one does
+        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.step)
+        out = block_loss(self.draft, self.embed, self.head, batch, cfg, generator)
+        if not torch.isfinite(out["loss"]):
+            raise TrainingError(f"non-finite loss ({out['loss'].item()}) at step {self.step + 1}, epoch {epoch}")
+        self.optimizer.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        self.train_time += clock(self.device) - t0
+        self.tokens_seen += int(batch["lengths"].sum())
+        self.answer_tokens_seen += int(batch["loss_mask"].sum())
+        return {
+            "step": self.step,
+            "epoch": epoch,
+            "split": "train",
+            "loss": round(float(out["loss"].detach()), 5),
+            **slot_summary(out["loss_sum"], out["correct"], out["count"]),
+            "lr": lr,
+            "grad_norm": round(float(grad_norm), 5),
+            "tokens": self.tokens_seen,
+            "answer_tokens": self.answer_tokens_seen,
+            "tokens_per_s": round(self.tokens_seen / max(self.train_time, 1e-9), 1),
+        }
+
+    def evaluate_held_out(self, epoch: int) -> None:
+        scores = held_out_accept_length(self.draft, self.embed, self.head, self.inputs.val)
+        self.best.offer(self.draft, self.step, epoch, scores["accept_length"])
+        self.last_val = {"step": self.step, "epoch": epoch, "split": "val", **scores}
+        self.log(self.last_val)
+
+
+def answer_counts(examples, vocab_size: int) -> torch.Tensor:
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for i in range(len(examples)):
+        item = examples.get(i)
+        counts += torch.bincount(item["input_ids"][item["loss_mask"]], minlength=vocab_size)
+    return counts
+
+
+def slot_summary(sums, correct, counts) -> dict:
+    c = counts.float().cpu().clamp(min=1)
+    return {
+        "loss_pos": [round(x, 5) for x in (sums.float().cpu() / c).tolist()],
+        "acc_pos": [round(x, 5) for x in (correct.float().cpu() / c).tolist()],
+        "positions": [int(x) for x in counts.tolist()],
+    }
+
+
+def held_out_accept_length(draft, embed, head, examples) -> dict:
+    """The exact accept length of a block on each held-out conversation's last answer (the target's own, where stage
+    02 regenerated them): `block_hits` along the answer and the engine's round walk."""
+    draft.eval()
+    emitted = rounds = 0
+    drafted = draft.config.drafted
+    with torch.no_grad():
+        for rows in make_batches(examples.lengths, 4096, seed=0, epoch=0):
+            batch = examples.batch(rows)
+            for row, n in enumerate(batch["lengths"].tolist()):
+                prompt, answer = last_answer(batch["loss_mask"][row, :n].cpu())
+                if answer < 2:
+                    continue
+                ids, aux = batch["input_ids"][row, : prompt + answer], batch["aux"][row, : prompt + answer]
+                hits = block_hits(draft, embed, head, aux, ids, first=prompt - 1)
+                rounds += len(walk(hits, prompt, answer, drafted))
+                emitted += answer - 1
+    draft.train()
+    return {"accept_length": round(emitted / rounds, 5) if rounds else 1.0}
+
+
+def train_dflash(cfg: DFlashTrainConfig, on_step=None) -> dict:
+    """Train one DFlash draft; OUTPUT/draft is the z-lab folder vLLM loads and llama.cpp converts (the best held-out
+    one where there is held-out data), OUTPUT/result.json the record."""
+    cfg.check()
+    device = resolve_device(cfg.device)
+    env = init_distributed(device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    out, identity, resume_state = _open_output(cfg, env)
+    torch.manual_seed(cfg.seed)
+    inputs = load_inputs(cfg, env, device)
+    trainer = DFlashTrainer(cfg, env, device, inputs, out)
+    if resume_state is not None:
+        trainer.restore(resume_state)
+    else:
+        write_jsonl(trainer.metrics_path, [])
+    trainer.open_curves()
+    trainer.run(identity, on_step)
+    if trainer.best.weights is not None:
+        trainer.draft.load_state_dict(trainer.best.weights)
+    save_dflash(trainer.draft, out / "draft", dtype=torch.bfloat16 if cfg.bf16 else None)
+    result = {
+        "output": str(out),
+        "draft": str(out / "draft"),
+        "kind": "dflash",
+        "steps": trainer.step,
+        "budget_steps": trainer.total,
+        "plateaued": trainer.plateaued(),
+        "tokens_seen": trainer.tokens_seen,
+        "answer_tokens_seen": trainer.answer_tokens_seen,
+        "train_seconds": round(trainer.train_time, 2),
+        "tokens_per_s": round(trainer.tokens_seen / max(trainer.train_time, 1e-9), 1),
+        "data": inputs.data_stats,
+        "val_data": inputs.val_stats,
+        "features_cache": inputs.cache_stats,
+        "final_val": trainer.last_val,
+        "best": trainer.best.meta,
+        "mask_token_id": trainer.draft.config.mask_token_id,
+        "param_checksum": param_checksum(trainer.draft),
+        "config": asdict(cfg),
+    }
+    write_json(out / "result.json", result)
+    return result
