@@ -16,6 +16,7 @@ from eagle3lab.decoding.generation import Generation
 from eagle3lab.decoding.tree import keep_cache_positions
 from eagle3lab.devices import clock
 from eagle3lab.dflash.model import DFlashDraft, block_mask
+from eagle3lab.models.draft import DraftCache
 from eagle3lab.models.target import AuxCapture
 
 
@@ -42,12 +43,11 @@ class DFlashEngine:
         out = self.model.model(input_ids=self._tensor([ids]), position_ids=positions, cache=cache, use_cache=True)
         return self.model.lm_head(out.last_hidden_state[0]).argmax(-1), capture.concat()[0]
 
-    def _extend(self, context, features, start: int) -> list:
+    def _extend(self, caches: list[DraftCache], features, start: int) -> list:
+        """Each layer's context keys and values with the new positions' appended (EAGLE-3's growing KV cache)."""
         positions = self._tensor([range(start, start + features.shape[0])])
         new = self.draft.context(features[None], positions)
-        if context is None:
-            return new
-        return [(torch.cat([k, nk], dim=2), torch.cat([v, nv], dim=2)) for (k, v), (nk, nv) in zip(context, new)]
+        return [cache.append(k, v) for cache, (k, v) in zip(caches, new, strict=True)]
 
     def _draft(self, anchor: int, n: int, context) -> list[int]:
         """The block's drafts: the anchor at position n, mask tokens after it."""
@@ -83,10 +83,10 @@ class DFlashEngine:
             anchor, n = int(choices[-1]), len(prompt)
             result.time_prefill = clock(self.device) - start
             done = self._emit(result, [anchor], max_new_tokens)
-            context = None
+            caches = [DraftCache() for _ in self.draft.layers]
             while not done:
                 t = clock(self.device)
-                context = self._extend(context, features, n - features.shape[0])
+                context = self._extend(caches, features, n - features.shape[0])
                 drafts = self._draft(anchor, n, context)
                 t_mid = clock(self.device)
                 result.time_draft += t_mid - t
