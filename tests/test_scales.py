@@ -291,15 +291,16 @@ def test_every_profiles_plan_is_valid_and_plans_each_comparison(profile, tmp_pat
     t, (runs, skipped) = profile_plan(profile, tmp_path)
     assert sorted(t) == sorted(yaml.safe_load((ROOT / "params.yaml").read_text())["train_draft"])
     responses = [r.responses for r in runs]
-    assert not skipped and len(t["original_scales"]) >= (2 if profile == "params/smoke.yaml" else 3)
+    assert not skipped and len(t["original_scales"]) >= 1
     assert responses.count("original") == len(t["original_scales"]) and responses.count("source") == len(
         t["source_drafts"]
     )
     assert responses.count("sampled") == (t["sampled_scale"] is not None)
-    if profile.startswith("params/gpu"):
-        return
-    assert t["ablations"] == []  # the CPU runs train no ablation: their numbers stand
-    assert len(t["source_drafts"]) >= 2 and responses.count("regenerated") >= 3
+    regenerated = {r.name for r in runs if r.responses == "regenerated"}
+    assert len(regenerated) >= 3  # a curve, not a pair
+    for run in runs:  # every original, sampled and ablation draft has a regenerated partner at its scale
+        if run.responses in ("original", "sampled", "ablation"):
+            assert run.matched_to in regenerated and run.name.endswith(run.matched_to[-5:]), run.name
 
 
 def test_gpu_smollm2_profile_has_the_reference_keys_and_two_decades_with_ablations_at_the_middle_scale(tmp_path):
