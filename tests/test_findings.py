@@ -89,3 +89,37 @@ def test_curve_findings_report_nothing_past_the_largest_scale():
     rows = curve_findings(fits, needed, {"mtbench": 160}, 2)
     assert [r["verdict"] for r in rows] == ["shown", "shown", "not shown", OUT_OF_DATA, OUT_OF_DATA]
     assert rows[0]["prompts"] == 160 and "not resampled" in rows[0]["unit"]
+
+
+def test_the_recipe_table_pairs_each_lever_with_the_shared_recipe_over_prompts_and_seeds():
+    import numpy as np
+    import pandas as pd
+
+    from eagle3lab.benchmark import comparisons, recipe
+
+    def result(name, overrides=None, of=None):
+        place = {"responses": "ablation", "matched_to": "scale-00350"} if overrides else {"responses": "regenerated"}
+        vocab = {"held_out_coverage": 0.9 if overrides else 0.8}
+        return place | {"data": {"records": 350}, "overrides": overrides or {}, "replicate_of": of, "steps": 93,
+                        "tokens_per_s": 1000.0, "vocab": vocab}  # fmt: skip
+
+    lever = "ablation-lr0.005-00350"
+    results = {
+        "scale-00350": result("scale-00350"),
+        lever: result(lever, {"lr": 0.005}),
+        "scale-00350-seed1": result("scale-00350-seed1", of="scale-00350"),
+        f"{lever}-seed1": result(lever, {"lr": 0.005}, of=lever),
+    }
+    rng = np.random.default_rng(0)
+    base = 1.3 + 0.2 * rng.random(40)
+    per_prompt = pd.DataFrame(
+        {"system": name, "set": ("mtbench", "gsm8k")[i % 2], "id": str(i), "accept_length": base[i] + gain}
+        for name, gain in (("scale-00350", 0), ("scale-00350-seed1", 0.01), (lever, 0.1), (f"{lever}-seed1", 0.12))
+        for i in range(40)
+    )
+    paired, unmatched = comparisons.paired_comparisons(per_prompt, recipe.places(results), boot=200, seed=0)
+    (row,) = recipe.recipe_table(results, paired)
+    assert not unmatched and row["lever"] == "lr=0.005" and row["verdict"] == "shown"
+    assert row["difference"] == pytest.approx(0.105, abs=1e-3) and row["low"] > 0 and row["unit"] == "prompts x seeds"
+    table = recipe.markdown([row], results["scale-00350"], paired)
+    assert "| lr=0.005 | " in table and "+0.105" in table and "| lever | gsm8k | mtbench |" in table

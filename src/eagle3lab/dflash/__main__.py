@@ -34,6 +34,19 @@ def _train(argv) -> int:
     return 0
 
 
+def versus(per_prompt: list[dict], dflash: list[str], eagle3: list[str], boot: int = 2000) -> list[dict]:
+    """The DFlash drafts (seeds of one recipe) minus the EAGLE-3 drafts (seeds of another), prompt by prompt: over
+    every prompt, then set by set, each with its interval over prompts and seeds and its verdict."""
+    import pandas as pd
+
+    from eagle3lab.benchmark.comparisons import by_set, paired_difference
+
+    frame = pd.DataFrame(per_prompt)
+    return [
+        {"set": name} | paired_difference(group, dflash, eagle3, boot=boot, seed=0) for name, group in by_set(frame)
+    ]
+
+
 def _acceptance(argv) -> int:
     from eagle3lab.benchmark import acceptance as chain
     from eagle3lab.benchmark.eval_set import DEFAULT_SETS, build_eval_set, parse_sets, summary
@@ -46,7 +59,13 @@ def _acceptance(argv) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash acceptance")
     parser.add_argument("drafts", nargs="+", help="DFlash draft folders (name=folder to label one)")
-    parser.add_argument("--eagle3", nargs="*", default=[], help="EAGLE-3 drafts to score beside them (chain depth)")
+    parser.add_argument(
+        "--eagle3",
+        nargs="*",
+        default=[],
+        help="EAGLE-3 drafts to score beside them (chain depth); the DFlash drafts, as seeds of one recipe, are then "
+        "compared with these, as seeds of another, prompt by prompt (interval over prompts x seeds)",
+    )
     parser.add_argument("--depth", type=int, default=3, help="the EAGLE-3 drafts' chain depth")
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--sets", default=",".join(f"{k}:{v or 'all'}" for k, v in DEFAULT_SETS.items()))
@@ -71,12 +90,19 @@ def _acceptance(argv) -> int:
     if args.eagle3:
         chains = {name: load_bench_draft(folder, target, torch.float32) for name, folder in map(named, args.eagle3)}
         rows += chain.evaluate(chains, target, records, [args.depth])
-    table = chain.table(rows)
+    table, per_prompt = chain.table(rows), chain.per_prompt(rows)
     for row in table:
         if row["set"] == "all":
             print(f"{row['system']:<40} depth {row['depth']}  accept length {row['accept_length']:.3f}")
+    paired = versus(per_prompt, list(blocks), list(chains)) if args.eagle3 else []
+    for row in paired:
+        print(f"DFlash minus EAGLE-3, {row['set']}: {row['difference']:+.3f} [{row['low']:+.3f}, {row['high']:+.3f}] "
+              f"over {row['prompts']} prompts x seeds {row['seeds']}: {row['verdict']}")  # fmt: skip
     if args.output:
-        write_json(args.output, {"eval_set": summary(records), "table": table, "per_prompt": chain.per_prompt(rows)})
+        write_json(
+            args.output,
+            {"eval_set": summary(records), "table": table, "dflash_minus_eagle3": paired, "per_prompt": per_prompt},
+        )
     return 0
 
 

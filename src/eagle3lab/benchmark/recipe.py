@@ -1,0 +1,164 @@
+"""`python -m eagle3lab.benchmark.recipe`: the recipe ablation. Each training lever is changed alone at one data
+scale, with the shared recipe's data, plan and seeds (params.yaml's train_draft), and each draft is scored by exact
+offline acceptance on the evaluation set at the sweep's chain depth (params.yaml's benchmark). Every lever is paired
+with the shared recipe's draft prompt by prompt, seeds and prompts resampled, as stage 05's findings are.
+
+It runs on a finished reference run's outputs under --root (regenerated data, feature cache, evaluation set): the
+drafts trained there already (the scale's own draft, the run's ablation) are resumed, not retrained, and a killed
+ablation resumes from its last checkpoint. Writes metrics/recipe.json and the table docs/recipe.md."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from eagle3lab.benchmark import acceptance, comparisons, eval_set, findings
+from eagle3lab.benchmark.systems import load_bench_draft
+from eagle3lab.decoding.config import SpecConfig
+from eagle3lab.devices import resolve_dtype
+from eagle3lab.io import write_json
+from eagle3lab.models.target import load_target
+from eagle3lab.paths import ROOT
+from eagle3lab.train.answer_tokens import AnswerTokens
+from eagle3lab.train.plan import plan_runs, scale_name
+from eagle3lab.train.scales import in_input_order, train_runs
+
+# One lever at a time against the shared recipe (draft vocabulary 4,096, TTT 3, lr 0.002 cosine to 0.1, fresh head).
+# The last one is compute, not recipe: four times the answer tokens, to show what longer training buys.
+LEVERS = (
+    {"draft_vocab_size": 16384},
+    {"draft_vocab_size": 32768},
+    {"ttt_length": 1},
+    {"ttt_length": 5},
+    {"lr": 0.0005},
+    {"lr": 0.005},
+    {"min_lr_ratio": 1.0},  # constant after warm-up instead of the cosine decay
+    {"init_head_from_target": True},
+    {"min_answer_tokens": 200000},
+)
+SETTINGS = (  # train_draft's keys that are shared TrainConfig settings (the rest place a draft in the experiment)
+    "target", "device", "seed", "val_max_records", "draft_vocab_size", "ttt_length", "epochs", "min_answer_tokens",
+    "max_answer_tokens", "lr", "warmup_ratio", "batch_tokens", "max_len", "dtype", "eval_every", "patience",
+    "checkpoint_every",
+)  # fmt: skip
+BOOT = 2000
+
+
+def train_levers(root: Path, train: dict, scale: int, levers, report=print) -> dict:
+    """Train (or resume) the scale's draft and each lever's, every seed; name -> result with its place."""
+    artifacts = root / "artifacts"
+    regenerated = in_input_order(root, train["train_data"], train["original_data"], artifacts)
+    runs, skipped = plan_runs(
+        root,
+        AnswerTokens(train["target"], train["max_len"]),
+        train_data=regenerated,
+        original_data=train["original_data"],
+        scales=[scale],
+        ablations=[{"scale": scale, **lever} for lever in levers],
+        seeds=train["seeds"],
+        seed=train["seed"],
+    )
+    if skipped:
+        raise SystemExit("cannot train: " + "; ".join(skipped))
+    settings = {key: train[key] for key in SETTINGS}
+    return train_runs(runs, settings, root, artifacts, train["val_data"], report)
+
+
+def score(root: Path, bench: dict, names: list[str]) -> pd.DataFrame:
+    """Exact offline accept length of each draft on every evaluation prompt at the sweep's depth."""
+    device = bench["device"]
+    target = load_target(bench["target"], dtype=resolve_dtype(bench["eval_dtype"], device), device=device)
+    records = eval_set.build_eval_set(
+        target, root / "artifacts" / "eval", bench["eval_sets"], bench["eval_max_new_tokens"]
+    )
+    drafts = {n: load_bench_draft(root / "artifacts" / "drafts" / n, target, target.model.dtype) for n in names}
+    rows = acceptance.evaluate(drafts, target, records, [SpecConfig.parse(bench["sweep_config"]).steps])
+    return pd.DataFrame(acceptance.per_prompt(rows))
+
+
+def places(results: dict) -> dict:
+    """The drafts' places in the experiment, as comparisons reads them from metrics/train.json."""
+    keys = ("responses", "matched_to", "replicate_of")
+    return {n: {"records": r["data"]["records"], **{k: r.get(k) for k in keys}} for n, r in results.items()}
+
+
+def recipe_table(results: dict, paired: list[dict]) -> list[dict]:
+    """One row per lever, all evaluation prompts: its accept length, the difference from the shared recipe with the
+    interval over prompts x seeds and the verdict, and its cost (training tokens/s, held-out vocabulary coverage)."""
+    seeds = comparisons.replicates(places(results))
+    rows = []
+    for row, finding in zip((r for r in paired if r["set"] == comparisons.ALL_SETS), findings.paired_findings(paired)):
+        own = [results[n] for n in seeds[row["draft"]]]
+        rows.append(
+            {
+                "lever": ", ".join(f"{k}={v}" for k, v in own[0]["overrides"].items()),
+                "draft": row["draft"],
+                "accept_length": round(row["draft_accept"], 4),
+                "shared_recipe": round(row["partner_accept"], 4),
+                "difference": round(finding["figure"], 4),
+                "low": round(finding["low"], 4),
+                "high": round(finding["high"], 4),
+                "unit": finding["unit"],
+                "prompts": finding["prompts"],
+                "verdict": finding["verdict"],
+                "steps": own[0]["steps"],
+                "train_tokens_per_s": round(sum(r["tokens_per_s"] for r in own) / len(own), 1),
+                "held_out_vocab_coverage": own[0]["vocab"].get("held_out_coverage"),
+            }
+        )
+    return rows
+
+
+def markdown(rows: list[dict], partner: dict, paired: list[dict]) -> str:
+    columns = ("lever", "accept length", "minus shared recipe [95% interval]", "verdict", "steps", "train tok/s")
+    lines = ["| " + " | ".join(columns) + " | vocab coverage |", "|---|---|---|---|---|---|---|"]
+    lines.append(
+        f"| shared recipe | {rows[0]['shared_recipe']:.3f} | | | {partner['steps']} | {partner['tokens_per_s']:.0f} | "
+        f"{partner['vocab'].get('held_out_coverage'):.3f} |"
+    )
+    for r in rows:
+        lines.append(
+            f"| {r['lever']} | {r['accept_length']:.3f} | {r['difference']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}] | "
+            f"{r['verdict']} | {r['steps']} | {r['train_tokens_per_s']:.0f} | {r['held_out_vocab_coverage']:.3f} |"
+        )
+    sets = sorted({r["set"] for r in paired} - {comparisons.ALL_SETS})
+    lines += ["", "Difference from the shared recipe set by set (the intervals above are over all sets):"]
+    lines += ["", f"| lever | {' | '.join(sets)} |", "|---|" + "---|" * len(sets)]
+    for r in rows:
+        by = {p["set"]: p["difference"] for p in paired if p["draft"] == r["draft"]}
+        lines.append(f"| {r['lever']} | " + " | ".join(f"{by[s]:+.3f}" for s in sets) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.benchmark.recipe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=str(ROOT), help="a checkout holding a finished run's artifacts/")
+    parser.add_argument("--params", help="params file (default: ROOT's params.yaml)")
+    parser.add_argument("--scale", type=int, default=350, help="conversations every lever trains on")
+    parser.add_argument("--output", default=str(ROOT / "metrics" / "recipe.json"))
+    parser.add_argument("--table", default=str(ROOT / "docs" / "recipe.md"), help="markdown table (rewritten)")
+    args = parser.parse_args(argv)
+    root = Path(args.root).resolve()
+    params = yaml.safe_load(Path(args.params or root / "params.yaml").read_text())
+    train = params["common"] | params["train_draft"]
+    bench = params["common"] | params["benchmark"]
+    results = train_levers(root, train, args.scale, LEVERS)
+    per_prompt = score(root, bench, list(results))
+    paired, unmatched = comparisons.paired_comparisons(per_prompt, places(results), boot=BOOT, seed=train["seed"])
+    if unmatched:
+        raise SystemExit("unpaired: " + "; ".join(unmatched))
+    rows = recipe_table(results, paired)
+    write_json(
+        Path(args.output),
+        {"scale": args.scale, "levers": rows, "paired": paired, "per_prompt": per_prompt.to_dict("records")},
+    )
+    Path(args.table).write_text(markdown(rows, results[scale_name(args.scale)], paired))
+    print(Path(args.table).read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
