@@ -121,5 +121,9 @@ def test_the_recipe_table_pairs_each_lever_with_the_shared_recipe_over_prompts_a
     (row,) = recipe.recipe_table(results, paired)
     assert not unmatched and row["lever"] == "lr=0.005" and row["verdict"] == "shown"
     assert row["difference"] == pytest.approx(0.105, abs=1e-3) and row["low"] > 0 and row["unit"] == "prompts x seeds"
-    table = recipe.markdown([row], results["scale-00350"], paired)
-    assert "| lr=0.005 | " in table and "+0.105" in table and "| lever | gsm8k | mtbench |" in table
+    drafts = {n: recipe.places(results)[n] | {"steps": 93, "tokens_per_s": 1000.0, "held_out_vocab_coverage": 0.8}
+              for n in results}  # fmt: skip
+    payload = {"scale": 350, "depth": 5, "shared_recipe": {"lr": 0.002}, "drafts": drafts, "levers": [row]}
+    page = recipe.page(payload | {"paired": paired})
+    assert "| lr=0.005 | " in page and "+0.105" in page and "| lever | gsm8k | mtbench |" in page
+    assert "Shown to help: lr=0.005." in page and "Shown to hurt: none." in page and "2 training seeds" in page

@@ -5,11 +5,12 @@ with the shared recipe's draft prompt by prompt, seeds and prompts resampled, as
 
 It runs on a finished reference run's outputs under --root (regenerated data, feature cache, evaluation set): the
 drafts trained there already (the scale's own draft, the run's ablation) are resumed, not retrained, and a killed
-ablation resumes from its last checkpoint. Writes metrics/recipe.json and the table docs/recipe.md."""
+ablation resumes from its last checkpoint. Writes metrics/recipe.json and, from it, docs/recipe.md."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -44,6 +45,7 @@ SETTINGS = (  # train_draft's keys that are shared TrainConfig settings (the res
     "max_answer_tokens", "lr", "warmup_ratio", "batch_tokens", "max_len", "dtype", "eval_every", "patience",
     "checkpoint_every",
 )  # fmt: skip
+SHARED_RECIPE = ("draft_vocab_size", "ttt_length", "lr", "warmup_ratio", "epochs", "min_answer_tokens")
 BOOT = 2000
 
 
@@ -112,25 +114,69 @@ def recipe_table(results: dict, paired: list[dict]) -> list[dict]:
     return rows
 
 
-def markdown(rows: list[dict], partner: dict, paired: list[dict]) -> str:
-    columns = ("lever", "accept length", "minus shared recipe [95% interval]", "verdict", "steps", "train tok/s")
-    lines = ["| " + " | ".join(columns) + " | vocab coverage |", "|---|---|---|---|---|---|---|"]
-    lines.append(
-        f"| shared recipe | {rows[0]['shared_recipe']:.3f} | | | {partner['steps']} | {partner['tokens_per_s']:.0f} | "
-        f"{partner['vocab'].get('held_out_coverage'):.3f} |"
-    )
+def page(payload: dict) -> str:
+    """docs/recipe.md from metrics/recipe.json: the setting, one row per lever, the verdicts, set by set."""
+    rows, shared = payload["levers"], payload["shared_recipe"]
+    seeds = comparisons.replicates({n: d for n, d in payload["drafts"].items()})
+    own = [payload["drafts"][n] for n in seeds[scale_name(payload["scale"])]]
+    recipe = ", ".join(f"{k} {v}" for k, v in shared.items())
+    lines = [
+        "# The recipe ablation",
+        "",
+        f"Each lever changed alone against the shared recipe ({recipe}): {payload['scale']} regenerated "
+        f"conversations, the same data, plan and step budget, {len(own)} training seeds each. Scored by exact "
+        f"offline accept length at {payload['depth']} drafted tokens on {rows[0]['prompts']} evaluation prompts "
+        "([acceptance.md](acceptance.md)). Each interval is a 95% bootstrap over prompts and both sides' seeds; a "
+        "difference is shown only where it excludes zero. Regenerate this page: `python -m eagle3lab.benchmark.recipe` "
+        "after `make repro` (`--render` rewrites it from `metrics/recipe.json`).",
+        "",
+        "| lever | accept length | minus shared recipe [95% interval] | verdict | steps | train tok/s "
+        "| vocab coverage |",
+        "|---|---|---|---|---|---|---|",
+        f"| shared recipe | {rows[0]['shared_recipe']:.3f} | | | {own[0]['steps']} | "
+        f"{sum(d['tokens_per_s'] for d in own) / len(own):.0f} | {own[0]['held_out_vocab_coverage']:.3f} |",
+    ]
     for r in rows:
         lines.append(
             f"| {r['lever']} | {r['accept_length']:.3f} | {r['difference']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}] | "
             f"{r['verdict']} | {r['steps']} | {r['train_tokens_per_s']:.0f} | {r['held_out_vocab_coverage']:.3f} |"
         )
-    sets = sorted({r["set"] for r in paired} - {comparisons.ALL_SETS})
-    lines += ["", "Difference from the shared recipe set by set (the intervals above are over all sets):"]
-    lines += ["", f"| lever | {' | '.join(sets)} |", "|---|" + "---|" * len(sets)]
+    for word, test in (("help", lambda r: r["low"] > 0), ("hurt", lambda r: r["high"] < 0)):
+        found = [r["lever"] for r in rows if r["verdict"] == "shown" and test(r)]
+        lines += ["", f"Shown to {word}: {', '.join(found) or 'none'}."]
+    sets = sorted({r["set"] for r in payload["paired"]} - {comparisons.ALL_SETS})
+    lines += ["", "The difference set by set (seeds averaged):", "", f"| lever | {' | '.join(sets)} |"]
+    lines.append("|---|" + "---|" * len(sets))
     for r in rows:
-        by = {p["set"]: p["difference"] for p in paired if p["draft"] == r["draft"]}
+        by = {p["set"]: p["difference"] for p in payload["paired"] if p["draft"] == r["draft"]}
         lines.append(f"| {r['lever']} | " + " | ".join(f"{by[s]:+.3f}" for s in sets) + " |")
     return "\n".join(lines) + "\n"
+
+
+def run(root: Path, params: dict, scale: int) -> dict:
+    """Train, score and compare every lever: the payload of metrics/recipe.json."""
+    train = params["common"] | params["train_draft"]
+    bench = params["common"] | params["benchmark"]
+    results = train_levers(root, train, scale, LEVERS)
+    per_prompt = score(root, bench, list(results))
+    paired, unmatched = comparisons.paired_comparisons(per_prompt, places(results), boot=BOOT, seed=train["seed"])
+    if unmatched:
+        raise SystemExit("unpaired: " + "; ".join(unmatched))
+    drafts = {
+        n: places(results)[n]
+        | {"steps": r["steps"], "tokens_per_s": r["tokens_per_s"], "held_out_vocab_coverage": r["vocab"].get(
+            "held_out_coverage"), "plateaued": r["plateaued"], "pick_step": (r.get("best") or {}).get("step")}
+        for n, r in results.items()
+    }  # fmt: skip
+    return {
+        "scale": scale,
+        "depth": SpecConfig.parse(bench["sweep_config"]).steps,
+        "shared_recipe": {k: train[k] for k in SHARED_RECIPE},
+        "drafts": drafts,
+        "levers": recipe_table(results, paired),
+        "paired": paired,
+        "per_prompt": per_prompt.to_dict("records"),
+    }
 
 
 def main(argv=None) -> int:
@@ -139,24 +185,15 @@ def main(argv=None) -> int:
     parser.add_argument("--params", help="params file (default: ROOT's params.yaml)")
     parser.add_argument("--scale", type=int, default=350, help="conversations every lever trains on")
     parser.add_argument("--output", default=str(ROOT / "metrics" / "recipe.json"))
-    parser.add_argument("--table", default=str(ROOT / "docs" / "recipe.md"), help="markdown table (rewritten)")
+    parser.add_argument("--page", default=str(ROOT / "docs" / "recipe.md"), help="the page written from --output")
+    parser.add_argument("--render", action="store_true", help="only rewrite --page from --output")
     args = parser.parse_args(argv)
-    root = Path(args.root).resolve()
-    params = yaml.safe_load(Path(args.params or root / "params.yaml").read_text())
-    train = params["common"] | params["train_draft"]
-    bench = params["common"] | params["benchmark"]
-    results = train_levers(root, train, args.scale, LEVERS)
-    per_prompt = score(root, bench, list(results))
-    paired, unmatched = comparisons.paired_comparisons(per_prompt, places(results), boot=BOOT, seed=train["seed"])
-    if unmatched:
-        raise SystemExit("unpaired: " + "; ".join(unmatched))
-    rows = recipe_table(results, paired)
-    write_json(
-        Path(args.output),
-        {"scale": args.scale, "levers": rows, "paired": paired, "per_prompt": per_prompt.to_dict("records")},
-    )
-    Path(args.table).write_text(markdown(rows, results[scale_name(args.scale)], paired))
-    print(Path(args.table).read_text())
+    if not args.render:
+        root = Path(args.root).resolve()
+        params = yaml.safe_load(Path(args.params or root / "params.yaml").read_text())
+        write_json(Path(args.output), run(root, params, args.scale))
+    Path(args.page).write_text(page(json.loads(Path(args.output).read_text())))
+    print(Path(args.page).read_text())
     return 0
 
 
