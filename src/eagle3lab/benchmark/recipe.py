@@ -141,6 +141,13 @@ def page(payload: dict) -> str:
             f"| {r['lever']} | {r['accept_length']:.3f} | {r['difference']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}] | "
             f"{r['verdict']} | {r['steps']} | {r['train_tokens_per_s']:.0f} | {r['held_out_vocab_coverage']:.3f} |"
         )
+    more = [f"{r['lever']} ({r['steps']} steps)" for r in rows if r["steps"] > own[0]["steps"] + 1]
+    lines += [
+        "",
+        "Train tok/s is the mean of the seeds' runs on a shared 2-core machine (2x run to run): a lever that changes "
+        "no step's work (the learning rate, its schedule, the head's initialisation) costs what the shared recipe "
+        "costs." + (f" Changing the compute, not the recipe at equal compute: {', '.join(more)}." if more else ""),
+    ]
     for word, test in (("help", lambda r: r["low"] > 0), ("hurt", lambda r: r["high"] < 0)):
         found = [r["lever"] for r in rows if r["verdict"] == "shown" and test(r)]
         lines += ["", f"Shown to {word}: {', '.join(found) or 'none'}."]
