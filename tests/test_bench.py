@@ -261,3 +261,30 @@ def test_cli_defaults_come_from_the_settings_dataclass():
     assert from_options(parser.parse_args(["--prompts", "p.jsonl"]), BenchSettings).prompts_file == "p.jsonl"
     with pytest.raises(SystemExit):
         parser.parse_args(["--sets", "mtbench", "--prompts", "p.jsonl"])
+
+
+def test_lossless_rows_pair_each_float32_prompt_with_the_timed_runs_check_and_near_tie():
+    from eagle3lab.benchmark.run import lossless_rows
+
+    def prompt(pid, identical, divergence=None, system="draft"):
+        return {"set": "mtbench", "id": pid, "config": "1,3,1,4", "system": system, "identical": identical,
+                "divergence": divergence}  # fmt: skip
+
+    timed = {
+        "meta": {"dtype": "bfloat16"},
+        "per_prompt": [
+            prompt("a", True),
+            prompt("b", False, {"index": 17, "logit_gap": 0.06}),
+            prompt("b", True, None, "x"),
+        ],
+    }
+    float32 = {
+        "meta": {"dtype": "float32"},
+        "per_prompt": [prompt("a", True), prompt("b", True), prompt("a", 1, None, "x")],
+    }
+    rows = lossless_rows(timed, float32, "draft")
+    assert [(r["id"], r["identical_float32"], r["identical_bfloat16"]) for r in rows] == [
+        ("a", True, True),
+        ("b", True, False),
+    ]
+    assert (rows[1]["departs_at"], rows[1]["logit_gap"]) == (17, 0.06) and rows[0]["departs_at"] is None

@@ -187,3 +187,18 @@ def test_findings_table_leads_the_scaling_section_with_each_verdict():
     assert text.startswith("### Findings")
     assert "| regenerated minus original answers | +0.050 | [+0.020, +0.080] | prompts x seeds |" in text
     assert "**shown**" in text and "**out of the data**" in text
+
+
+def test_the_lossless_column_counts_both_dtypes_and_lists_each_near_tie():
+    from eagle3lab.pipeline.report import _lossless
+
+    row = {"set": "mtbench", "config": "1,2,4,11", "identical_float32": True, "departs_at": None, "logit_gap": None}
+    rows = [row | {"id": "81", "identical_bfloat16": True}, row | {"id": "82", "identical_bfloat16": False,
+            "departs_at": 23, "logit_gap": 0.0625}]  # fmt: skip
+    text = _lossless(rows, "bfloat16")
+    assert (
+        "2 of 2 in float32, 1 of 2 in bfloat16" in text
+        and "| mtbench | 82 | 23 | 0.0625 |" in text
+        and "near-tie" in text
+    )
+    assert _lossless(None, "bfloat16") == "" and "answer token" not in _lossless(rows[:1], "bfloat16")

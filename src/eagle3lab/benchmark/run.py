@@ -289,6 +289,32 @@ def run_benchmark(target=None, settings: BenchSettings | None = None, *, progres
     }
 
 
+def lossless_rows(timed: dict, float32: dict, system: str) -> list[dict]:
+    """Prompt by prompt, `system`'s output against the baseline's: in float32 (a different text is an engine bug),
+    and in the timed run's dtype, where a different text is a near-tie flipped by rounding: the answer token where
+    it departs and the target's logit gap there. `float32` is run_benchmark's result on the same prompts."""
+    dtype = timed["meta"]["dtype"]
+    timed_rows = {(r["set"], r["id"], r["config"]): r for r in timed["per_prompt"] if r["system"] == system}
+    rows = []
+    for r in float32["per_prompt"]:
+        if r["system"] != system:
+            continue
+        there = timed_rows.get((r["set"], r["id"], r["config"])) or {}
+        departs = there.get("divergence") or {}
+        rows.append(
+            {
+                "set": r["set"],
+                "id": r["id"],
+                "config": r["config"],
+                "identical_float32": r["identical"],
+                f"identical_{dtype}": there.get("identical"),
+                "departs_at": departs.get("index"),
+                "logit_gap": departs.get("logit_gap"),
+            }
+        )
+    return rows
+
+
 def to_dataframe(result: dict):
     """The aggregated rows as a pandas DataFrame (one row per set, system and config)."""
     import pandas as pd

@@ -154,9 +154,32 @@ def _benchmark(b: dict) -> str:
         + "\n\n"
         + figure("acceptance", "benchmark_acceptance.png")
         + "\n"
+        + _lossless(b.get("lossless"), meta["dtype"])
         + _tuned(b.get("tuned"))
         + report_engines.served(b)
     )
+
+
+def _lossless(rows: list[dict] | None, dtype: str) -> str:
+    """The final draft's output against the baseline's, prompt by prompt, in float32 and in the timed dtype (absent
+    before issue 45's column)."""
+    if not rows:
+        return ""
+    same = sum(r["identical_float32"] for r in rows)
+    timed = sum(bool(r.get(f"identical_{dtype}")) for r in rows)
+    departs = [
+        [r["set"], r["id"], r["departs_at"], f"{r['logit_gap']:.3g}"] for r in rows if r["departs_at"] is not None
+    ]
+    text = (
+        f"\nIdentical output to the baseline at `{rows[0]['config']}`, prompt by prompt: {same} of {len(rows)} in "
+        f"float32, {timed} of {len(rows)} in {dtype} (the timed run)."
+    )
+    if departs:
+        text += (
+            f" Where {dtype} departs: the answer token, and the target's logit gap there between the baseline's "
+            "token and the draft run's (a small gap is a near-tie flipped by rounding):\n\n"
+        ) + table(["set", "prompt", "answer token", "logit gap"], departs)
+    return text + "\n"
 
 
 def _tuned(t: dict | None) -> str:
