@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eagle3lab.dflash.config import ARCHITECTURE as DFLASH_ARCHITECTURE
 from eagle3lab.models.checkpoint import DraftCheckpoint, DraftFormatError, open_checkpoint, read_json
 
 # files the doctor or an engine reads: a name ending in one is a file here, never a hub id
@@ -75,7 +76,10 @@ class DraftInfo:
 
     @property
     def kind(self) -> str:
-        """eagle3 (three aux states into fc), eagle (EAGLE-1/2: final state), or unknown."""
+        """dflash (a block drafter: eagle3lab.dflash.doctor checks it), eagle3 (three aux states into fc), eagle
+        (EAGLE-1/2: final state), or unknown."""
+        if DFLASH_ARCHITECTURE in self.architectures:  # its fc also takes three target layers: not an EAGLE-3 draft
+            return "dflash"
         arch = " ".join(self.architectures).lower()
         if "eagle3" in arch:
             return "eagle3"

@@ -21,6 +21,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle3lab.dflash.doctor import check_dflash
 from eagle3lab.doctor.algorithm import check_algorithm, check_aux_layers
 from eagle3lab.doctor.artifacts import (
     DoctorInputError,
@@ -249,13 +250,13 @@ def static_checks(
 ) -> list[Finding]:
     """Every check that needs no server, on whatever of launch / draft / target is known. With an engine's own files
     (llama.cpp's GGUF pair) those are what is served (layers, widths, vocab, d2t); a draft folder then only says what
-    the draft was trained on."""
+    the draft was trained on. A DFlash draft gets its own rules (eagle3lab.dflash.doctor), none of EAGLE-3's."""
+    dflash = draft is not None and draft.kind == "dflash"
     if files is not None:
-        return (
-            files.checks(launch, draft)
-            + check_draft_fields(draft, target, launch)
-            + check_context_length(draft, target, launch)
-        )
+        fields = [] if dflash else check_draft_fields(draft, target, launch)
+        return files.checks(launch, draft) + fields + check_context_length(draft, target, launch)
+    if dflash:
+        return check_dflash(launch, draft, target) + check_context_length(draft, target, launch)
     findings = []
     if launch is not None and (launch.speculative or draft is not None):
         findings += check_algorithm(launch, draft, target)

@@ -13,7 +13,7 @@ _RANK = {ERROR: 0, WARNING: 1, OK: 2}
 @dataclass
 class Finding:
     # stable id: launch, algorithm, aux_layers, draft_vocab, context_length, spec_params, draft, target, server,
-    # gguf (llama.cpp's draft vs target GGUF), metrics, ...
+    # gguf (llama.cpp's draft vs target GGUF), dflash_config and dflash_target (a DFlash draft's), metrics, ...
     check: str
     severity: str  # error | warning | ok
     title: str

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eagle3lab.dflash.doctor import check_dflash
+from eagle3lab.dflash.export import ARCH as DFLASH_ARCH
 from eagle3lab.doctor.artifacts import DraftInfo, TargetInfo
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
 from eagle3lab.doctor.launch import Launch, fix_flags
@@ -231,7 +233,8 @@ def check_draft_length(launch: Launch) -> list[Finding]:
 
 
 def static_checks(launch: Launch | None, pair: GGUFPair, folder: DraftInfo | None) -> list[Finding]:
-    """Every llama.cpp check that needs no server: the GGUF pair, and the line's --spec-* settings."""
+    """Every llama.cpp check that needs no server: the GGUF pair, and the line's --spec-* settings; a DFlash draft's
+    are its own (eagle3lab.dflash.doctor)."""
     draft = target = None
     findings = []
     if pair.draft:
@@ -240,6 +243,10 @@ def static_checks(launch: Launch | None, pair: GGUFPair, folder: DraftInfo | Non
     if pair.target and pair.draft:
         target, more = _read(pair.target, "target")
         findings += more
+    dflash = draft["architecture"] == DFLASH_ARCH if draft else folder is not None and folder.kind == "dflash"
+    if dflash:
+        gguf = pair.draft if draft else None
+        return findings + check_dflash(launch, folder, pair.target_info() if target else None, gguf)
     if draft is not None and target is not None:
         findings += check_fit(draft, target, folder)
     elif draft is not None and not pair.target:

@@ -264,7 +264,8 @@ def _set_field(launch: Launch, field: str, name: str, value: str, span: tuple[in
 def inferred_method(draft_path: str | None) -> str:
     """vLLM's guess when --speculative-config has no "method" (SpeculativeConfig.__post_init__): by the draft's name."""
     name = (draft_path or "").lower()
-    return "eagle" if "eagle-" in name else "eagle3" if "eagle3" in name else "draft_model"
+    guess = "eagle" if "eagle-" in name else "eagle3" if "eagle3" in name else "dflash" if "dflash" in name else None
+    return guess or "draft_model"
 
 
 def _read_spec(launch: Launch, spec: dict) -> None:
@@ -275,7 +276,7 @@ def _read_spec(launch: Launch, spec: dict) -> None:
         method = inferred_method(launch.draft_path)
         launch.notes.append(
             f'--speculative-config has no "method": vLLM infers {method!r} from the draft path '
-            f"{launch.draft_path!r} (only names containing 'eagle-' or 'eagle3' are read as EAGLE)"
+            f"{launch.draft_path!r} (only names containing 'eagle-', 'eagle3' or 'dflash' name a method)"
         )
     launch.algorithm = METHOD_ALGORITHMS.get(str(method), str(method).upper())
     k = spec.get("num_speculative_tokens")

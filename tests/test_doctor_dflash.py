@@ -1,0 +1,287 @@
+"""eagle3lab doctor on a DFlash draft (no server): the right vLLM and llama.cpp lines pass, and each of the format's
+silent traps (docs/dflash.md) is one ERROR with its fix, on a draft folder (vLLM) and on its GGUF (llama.cpp), never
+an EAGLE-3 finding. The drafts are tiny (hidden 64) for a 6-layer target; the GGUFs carry the header only."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import gguf
+import pytest
+import torch
+
+from eagle3lab.dflash.config import DFlashConfig
+from eagle3lab.dflash.export import gguf_mismatches
+from eagle3lab.dflash.model import DFlashDraft, save_dflash
+from eagle3lab.doctor.cli import main
+from eagle3lab.doctor.diagnosis import diagnose
+from eagle3lab.doctor.findings import ERROR, OK
+from test_doctor import checks, write_draft, write_target
+
+LAYERS, HIDDEN, VOCAB, MASK = 6, 64, 256, 5
+CONFIG = DFlashConfig(
+    hidden_size=HIDDEN,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=VOCAB,
+    num_target_layers=LAYERS,
+    target_layer_ids=[1, 2, 4],
+    mask_token_id=MASK,
+    block_size=4,
+)
+EAGLE3_CHECKS = ("aux_layers", "draft_vocab", "draft_fields", "architecture")
+
+
+def the_error(report, check: str):
+    """The report's one error, which must be `check`'s."""
+    assert [f.check for f in report.errors] == [check], report.render()
+    return report.errors[0]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    # no "dflash" in the path: vLLM would infer the method from it
+    return save_dflash(DFlashDraft(CONFIG), tmp_path_factory.mktemp("saved") / "draft")
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    return tiny_target(tmp_path_factory.mktemp("target"))
+
+
+def tiny_target(folder: Path, hidden: int = HIDDEN) -> Path:
+    shape = {"num_hidden_layers": LAYERS, "vocab_size": VOCAB, "max_position_embeddings": 8192}
+    return write_target(folder, nested=False, hidden_size=hidden, **shape)
+
+
+def draft_copy(saved: Path, folder: Path, edit=None) -> Path:
+    """The saved draft with its config.json edited in place by edit(dict)."""
+    shutil.copytree(saved, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    if edit is not None:
+        edit(cfg)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def vllm_line(target: Path, draft: Path, **spec) -> str:
+    spec = {"method": "dflash", "model": str(draft), "num_speculative_tokens": 3} | spec
+    return f"vllm serve {target} --speculative-config {shlex.quote(json.dumps({k: v for k, v in spec.items() if v}))}"
+
+
+def write_gguf(path: Path, arch: str, fields: dict) -> Path:
+    """A GGUF of metadata only, with a VOCAB-token vocabulary."""
+    writer = gguf.GGUFWriter(str(path), arch)
+    for key, value in fields.items():
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        else:
+            writer.add_array(key, value)
+    writer.add_token_list([f"t{i}" for i in range(VOCAB)])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def draft_gguf(path: Path, drop: tuple[str, ...] = (), **over) -> Path:
+    """CONFIG as llama.cpp's converter writes it (keys as in a real export), `over` keys set, `drop` keys left out."""
+    fields = {
+        "dflash.block_count": 1,
+        "dflash.context_length": 8192,
+        "dflash.embedding_length": HIDDEN,
+        "dflash.feed_forward_length": 128,
+        "dflash.attention.head_count": 4,
+        "dflash.attention.head_count_kv": 2,
+        "dflash.attention.key_length": 16,
+        "dflash.attention.causal": False,
+        "dflash.block_size": 4,
+        "dflash.target_layers": [2, 3, 5],  # the ids + 1
+        "tokenizer.ggml.mask_token_id": MASK,
+    }
+    fields |= {k.replace("__", "."): v for k, v in over.items()}
+    return write_gguf(path, "dflash", {k: v for k, v in fields.items() if k not in drop})
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("gguf")
+    fields = {"llama.block_count": LAYERS, "llama.embedding_length": HIDDEN, "llama.context_length": 8192}
+    return {"target": write_gguf(folder / "target.gguf", "llama", fields), "draft": draft_gguf(folder / "draft.gguf")}
+
+
+def llama_line(target: Path, draft: Path, *, spec_type: str | None = "draft-dflash", n_max: int | None = 3) -> str:
+    line = f"llama-server -m {target} -md {draft}"
+    line += f" --spec-type {spec_type}" if spec_type else ""
+    return line + (f" --spec-draft-n-max {n_max}" if n_max is not None else "")
+
+
+# ---- vLLM: the draft folder ----------------------------------------------------------------------------------------
+
+
+def test_the_right_vllm_line_passes_and_gets_no_eagle3_check(saved, target, capsys):
+    report = diagnose(launch=vllm_line(target, saved))
+    assert report.exit_code == 0 and not report.warnings, report.render()
+    assert {f.check for f in report.findings} >= {"dflash_config", "dflash_target", "algorithm", "spec_params"}
+    assert not {f.check for f in report.findings} & set(EAGLE3_CHECKS)
+    assert checks(report, "draft", OK)[0].title == "draft checkpoint read: DFLASH (DFlashDraftModel)"
+    assert main(["--launch", vllm_line(target, saved)]) == 0
+    assert "DFlash draft served with DFLASH" in capsys.readouterr().out
+
+
+def test_eagle3_method_is_an_error_fixed_to_dflash(saved, target):
+    report = diagnose(launch=vllm_line(target, saved, method="eagle3"))
+    error = the_error(report, "algorithm")
+    assert error.title == '--speculative-config "method": "eagle3": the DFlash draft is not run as DFlash'
+    flags, command = error.fix.splitlines()
+    assert json.loads(shlex.split(flags)[1]) == {"method": "dflash", "model": str(saved), "num_speculative_tokens": 3}
+    assert diagnose(launch=command).exit_code == 0
+
+
+def test_no_method_is_what_vllm_guesses_from_the_draft_name(saved, target, tmp_path):
+    named = draft_copy(saved, tmp_path / "my-dflash-draft")
+    assert checks(diagnose(launch=vllm_line(target, named, method=None)), "algorithm", OK)
+    error = the_error(diagnose(launch=vllm_line(target, saved, method=None)), "algorithm")
+    assert "vLLM infers 'draft_model'" in error.title and '"method": "dflash"' in error.fix
+
+
+@pytest.mark.parametrize("k", [2, 4, None])
+def test_vllm_draft_length_must_be_block_size_minus_one(saved, target, k):
+    error = the_error(diagnose(launch=vllm_line(target, saved, num_speculative_tokens=k)), "spec_params")
+    assert ("no draft length" if k is None else f"draft length {k} != block_size - 1 = 3") in error.title
+    assert json.loads(shlex.split(error.fix.splitlines()[0])[1])["num_speculative_tokens"] == 3
+
+
+def _pop(*path):
+    def edit(cfg):
+        holder = cfg
+        for key in path[:-1]:
+            holder = holder[key]
+        holder.pop(path[-1])
+
+    return edit
+
+
+def _no_block_size(cfg):
+    cfg.pop("block_size")
+    cfg["dflash_config"].pop("block_size")
+
+
+TRAPS = {
+    "no block_size": (_no_block_size, "missing field 'block_size' (llama.cpp would draft blocks of 16)", "block_size"),
+    "causal": (lambda c: c.update(is_causal=True), "is_causal is true", '"is_causal": false'),
+    "no mask token": (_pop("dflash_config", "mask_token_id"), "dflash_config.mask_token_id", '"mask_token_id": ID'),
+}
+
+
+@pytest.mark.parametrize("trap", TRAPS)
+def test_each_config_trap_is_an_error_quoting_the_refusal(saved, target, tmp_path, trap):
+    edit, message, fix = TRAPS[trap]
+    draft = draft_copy(saved, tmp_path / "draft", edit)
+    error = the_error(diagnose(launch=vllm_line(target, draft)), "dflash_config")
+    assert message in error.title and str(draft / "config.json") in error.evidence[0]
+    assert fix in error.fix and str(draft / "config.json") in error.fix
+
+
+def test_block_size_only_inside_dflash_config_warns_for_llamacpps_converter(saved, target, tmp_path):
+    draft = draft_copy(saved, tmp_path / "draft", _pop("block_size"))
+    report = diagnose(launch=vllm_line(target, draft))
+    assert report.exit_code == 0 and "block_size only inside dflash_config" in report.warnings[0].title
+    assert report.warnings[0].fix == f'"block_size": 4 at the top level of {draft / "config.json"}'
+
+
+def test_a_draft_for_another_width_or_depth_is_an_error(saved, target, tmp_path):
+    error = the_error(diagnose(launch=vllm_line(tiny_target(tmp_path / "wider", 96), saved)), "dflash_target")
+    assert error.title == "the draft is 64 wide, the target 96" and "train" in error.fix
+
+    def built_deeper(cfg):  # for an 8-layer target, reading layer 5's output: the last of this 6-layer one
+        cfg["num_target_layers"] = 8
+        cfg["dflash_config"]["target_layer_ids"] = [1, 2, 5]
+
+    deep = draft_copy(saved, tmp_path / "deep", built_deeper)
+    error = the_error(diagnose(launch=vllm_line(target, deep)), "dflash_target")
+    assert "expected ids 0..4 of a 6-layer target" in error.title and "last layer" in error.title
+
+
+def test_an_eagle3_draft_under_dflash_is_still_an_error(target, tmp_path):
+    eagle3 = write_draft(tmp_path / "eagle3", hidden=HIDDEN, target_hidden=HIDDEN, vocab=VOCAB, draft_vocab=VOCAB)
+    error = checks(diagnose(launch=vllm_line(target, eagle3)), "algorithm", ERROR)[0]
+    assert error.title == "DFLASH does not run an EAGLE draft" and '"method": "eagle3"' in error.fix
+
+
+# ---- llama.cpp: the GGUFs ------------------------------------------------------------------------------------------
+
+
+def test_the_right_llamacpp_line_passes_with_and_without_the_folder(ggufs, saved):
+    line = llama_line(ggufs["target"], ggufs["draft"])
+    report = diagnose(launch=line)
+    assert report.exit_code == 0 and not report.warnings, report.render()
+    assert checks(report, "dflash_target", OK) and checks(report, "spec_params", OK)
+    assert not checks(report, "gguf")  # none of the EAGLE-3 GGUF rules
+    report = diagnose(launch=line, draft=saved)
+    assert not report.errors and [f.check for f in report.warnings] == ["draft"]  # --draft is a folder: it says so
+    assert checks(report, "gguf", OK)[0].title == f"the GGUF serves what {saved} was trained as"
+    # without --spec-type llama.cpp infers draft-dflash from the GGUF and drafts its default n-max, 3
+    report = diagnose(launch=llama_line(ggufs["target"], ggufs["draft"], spec_type=None, n_max=None))
+    assert report.exit_code == 0 and "infers draft-dflash" in checks(report, "algorithm", OK)[0].evidence[-1]
+
+
+def test_draft_eagle3_drafts_nothing_and_is_fixed_to_draft_dflash(ggufs):
+    error = the_error(
+        diagnose(launch=llama_line(ggufs["target"], ggufs["draft"], spec_type="draft-eagle3")), "algorithm"
+    )
+    assert error.title.startswith("--spec-type draft-eagle3:") and "drafts nothing" in error.evidence[-1]
+    assert error.fix.splitlines()[0] == "--spec-type draft-dflash"
+    assert diagnose(launch=error.fix.splitlines()[1]).exit_code == 0
+
+
+def test_llamacpp_draft_length(ggufs, tmp_path):
+    error = the_error(diagnose(launch=llama_line(ggufs["target"], ggufs["draft"], n_max=2)), "spec_params")
+    assert error.title == "draft length 2 != block_size - 1 = 3" and error.fix.splitlines()[0] == "--spec-draft-n-max 3"
+    clamped = diagnose(launch=llama_line(ggufs["target"], ggufs["draft"], n_max=5))
+    assert clamped.exit_code == 0 and "clamps it to 3" in clamped.warnings[0].evidence[-1]
+    # a block of 8 under llama.cpp's default n-max 3: a shorter block, no warning from llama.cpp
+    block8 = draft_gguf(tmp_path / "block8.gguf", dflash__block_size=8)
+    error = the_error(diagnose(launch=llama_line(ggufs["target"], block8, n_max=None)), "spec_params")
+    assert "no --spec-draft-n-max (llama.cpp's default: 3)" in error.evidence[0]
+    assert error.fix.splitlines()[0] == "--spec-draft-n-max 7"
+
+
+GGUF_TRAPS = {
+    "no block_size": ({"drop": ("dflash.block_size",)}, "dflash_config", "missing field 'block_size'"),
+    "causal": ({"dflash__attention__causal": True}, "dflash_config", "is_causal is true"),
+    "no mask token": ({"drop": ("tokenizer.ggml.mask_token_id",)}, "dflash_config", "mask_token_id"),
+    "last layer": ({"dflash__target_layers": [2, 3, 6]}, "dflash_target", "expected ids 0..4 of a 6-layer target"),
+    "wider": ({"dflash__embedding_length": 96}, "dflash_target", "the draft is 96 wide, the target 64"),
+}
+
+
+@pytest.mark.parametrize("trap", GGUF_TRAPS)
+def test_each_gguf_trap_is_an_error(ggufs, tmp_path, trap):
+    over, check, title = GGUF_TRAPS[trap]
+    broken = draft_gguf(tmp_path / "draft.gguf", **over)
+    error = the_error(diagnose(launch=llama_line(ggufs["target"], broken)), check)
+    assert title in error.title and error.fix
+
+
+def test_a_gguf_that_does_not_serve_what_its_folder_was_trained_as(ggufs, saved, tmp_path):
+    other = draft_gguf(tmp_path / "draft.gguf", tokenizer__ggml__mask_token_id=7)
+    error = the_error(diagnose(launch=llama_line(ggufs["target"], other), draft=saved), "gguf")
+    assert error.title == "tokenizer.ggml.mask_token_id serves mask_token_id 7, the draft was trained with 5"
+    assert error.fix.startswith("export the folder again")
+    # the export's own check reads the GGUF the same way
+    assert gguf_mismatches(ggufs["draft"], CONFIG, {"embedding_length": HIDDEN}) == []
+    problems = gguf_mismatches(ggufs["draft"], replace(CONFIG, block_size=16), {"embedding_length": 96})
+    assert len(problems) == 2 and "dflash.block_size" in problems[0] and "96" in problems[1]
