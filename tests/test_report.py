@@ -202,3 +202,17 @@ def test_the_lossless_column_counts_both_dtypes_and_lists_each_near_tie():
         and "near-tie" in text
     )
     assert _lossless(None, "bfloat16") == "" and "answer token" not in _lossless(rows[:1], "bfloat16")
+
+
+def test_the_dflash_section_lists_each_engines_rows_without_the_local_rows_of_a_served_run():
+    from eagle3lab.pipeline.report_engines import _dflash
+
+    def row(engine, system, speed, **more):
+        return {"engine": engine, "set": "mtbench", "system": system, "config": "1,5,1,6", "accept_length": 1.1,
+                "tokens_per_s": 30.0, "speedup_vs_baseline": speed, "identical_rate": 1.0} | more  # fmt: skip
+
+    local = {"rows": [{k: v for k, v in row("local", "dflash-02200", 0.8).items() if k != "set"}]}
+    served = {"rows": [row("local", "baseline", 1.0), row("llamacpp", "dflash-02200", 0.61)]}
+    text = _dflash({"draft": "dflash-02200", "local": local, "llamacpp": served})
+    assert "| local | all | dflash-02200 |" in text and "| llamacpp | mtbench | dflash-02200 |" in text
+    assert "0.61" in text and "| local | mtbench | baseline" not in text and _dflash(None) == ""

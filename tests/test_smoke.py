@@ -41,6 +41,7 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     kinds = sorted(d["responses"] for d in drafts.values())
     assert kinds == [
         "ablation",
+        "dflash",
         "original",
         "original",
         "regenerated",
@@ -53,13 +54,14 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     # two training seeds: every draft again as NAME-seed1, picked on the target's own held-out answers
     assert {n: d["replicate_of"] for n, d in trained.items() if d["replicate_of"]} == {f"{n}-seed1": n for n in drafts}
     assert metrics["regen"]["val"]["success"] > 0
-    partners = {d["matched_to"] for d in drafts.values() if d["responses"] in ("original", "sampled", "ablation")}
+    paired_kinds = ("original", "sampled", "ablation", "dflash")
+    partners = {d["matched_to"] for d in drafts.values() if d["responses"] in paired_kinds}
     assert partners <= {n for n, d in drafts.items() if d["responses"] == "regenerated"}
     assert all(d["answer_tokens"] > 0 and d["best"] for d in drafts.values())  # each exported at its held-out best
     assert metrics["regen"]["sampled"]["temperature"] == 0.7 and metrics["regen"]["sampled"]["success"] > 0
     # stage 05 pairs each original, sampled and ablation draft with its partner over the evaluation prompts
     paired = {r["draft"] for r in metrics["scaling"]["paired"]}
-    assert paired == {n for n, d in drafts.items() if d["responses"] in ("original", "sampled", "ablation")}
+    assert paired == {n for n, d in drafts.items() if d["responses"] in paired_kinds}
     assert all(r["seeds"] == [2, 2] and r["verdict"] in ("shown", "not shown") for r in metrics["scaling"]["paired"])
     # every draft, every seed, scored exactly offline on the evaluation set (MT-bench's two turns and HumanEval)
     sweep = metrics["benchmark"]["sweep"]
@@ -73,6 +75,12 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     assert metrics["scaling"]["local_calibration"]["points"] == 1  # the final draft timed at the sweep's config
     assert len(metrics["scaling"]["sources"]) == 2
     assert {r["config"] for r in metrics["benchmark"]["final"]["rows"]} >= {"1,0,0,0", "1,3,1,4", "1,2,2,4"}
+    # the DFlash draft beside its EAGLE-3 partner: trained on the same data, timed locally and in llama.cpp
+    assert trained["dflash-00008"]["drafter"] == "dflash" and trained["dflash-00008"]["matched_to"] == "scale-00008"
+    dflash = metrics["benchmark"]["dflash"]
+    assert dflash["draft"] == "dflash-00008" and set(dflash) == {"draft", "local", "llamacpp"}
+    assert {r["system"] for r in dflash["local"]["rows"]} == {"baseline", "dflash-00008"}
+    assert all(r["identical_rate"] == 1.0 for r in dflash["local"]["rows"])
     # the final draft served in llama.cpp, and tune's decision there
     assert {r["engine"] for r in metrics["benchmark"]["llamacpp"]["rows"]} == {"local", "llamacpp"}
     assert set(metrics["benchmark"]["llamacpp"]["tuned"]) == {"final"}

@@ -29,7 +29,8 @@ from scipy.stats import rankdata, spearmanr
 from eagle3lab.benchmark.scaling import LEVEL, quantiles
 
 ALL_SETS = "all sets"  # the row over every prompt of every set
-PAIRED = ("original", "sampled", "ablation")  # compared with the regenerated (T=0) draft they are matched to
+# compared with the regenerated (T=0) EAGLE-3 draft they are matched to
+PAIRED = ("original", "sampled", "ablation", "dflash")
 DRAFT_FIELDS = ("records", "responses", "answer_tokens", "matched_to", "source", "replicate_of")
 EXACT_UP_TO = 7  # points for which the rank correlation's p-value enumerates every permutation
 

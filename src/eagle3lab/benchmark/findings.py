@@ -36,8 +36,8 @@ def _difference_unit(seeds) -> str:
 
 
 def paired_findings(paired: list[dict]) -> list[dict]:
-    """Regenerated against original answers (at equal answer tokens), T=0 against T=0.7, and each recipe lever
-    against the shared recipe at its scale, over every prompt."""
+    """Regenerated against original answers (at equal answer tokens), T=0 against T=0.7, each recipe lever against
+    the shared recipe at its scale, and DFlash against EAGLE-3 on the same data, over every prompt."""
     rows = []
     for r in paired:
         if r["set"] != ALL_SETS:
@@ -48,6 +48,8 @@ def paired_findings(paired: list[dict]) -> list[dict]:
         else:
             if r["responses"] == "sampled":
                 question = f"sampled (T=0.7) minus greedy (T=0) answers, {r['scale']} conversations"
+            elif r["responses"] == "dflash":
+                question = f"DFlash minus EAGLE-3 at equal data and steps, {r['scale']} conversations"
             else:
                 question = f"{r['draft']} minus the shared recipe ({r['partner']})"
             figure, low, high = r["difference"], r["low"], r["high"]

@@ -8,12 +8,21 @@ from eagle3lab.benchmark.acceptance import PromptAcceptance
 from eagle3lab.benchmark.eval_set import teacher_forced
 from eagle3lab.decoding.offline import walk
 from eagle3lab.dflash.offline import block_hits
+from eagle3lab.io import InputError
 
 
-def evaluate(drafts: dict, target, records, progress: bool = True) -> list[PromptAcceptance]:
+def evaluate(drafts: dict, target, records, progress: bool = True, depth: int | None = None) -> list[PromptAcceptance]:
     """PromptAcceptance of every DFlash draft (name -> DFlashDraft) on every record: one target forward a record
-    for every draft that reads the same target layers."""
+    for every draft that reads the same target layers. `depth`: the drafted tokens a comparison expects (a block of
+    another size is refused: its accept length is not comparable)."""
     from tqdm import tqdm
+
+    for name, draft in drafts.items():
+        if depth is not None and draft.config.drafted != depth:
+            raise InputError(
+                f"DFlash draft {name}: block_size {draft.config.block_size} drafts {draft.config.drafted} tokens, "
+                f"the comparison {depth} (train_draft.dflash_block_size must be the sweep's depth + 1)"
+            )
 
     embed = target.model.get_input_embeddings().weight
     head = target.model.get_output_embeddings().weight

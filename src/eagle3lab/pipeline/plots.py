@@ -157,6 +157,7 @@ KINDS = {  # a draft's kind is its name's first word (`train.plan`): scale-00022
     "sampled": "answers sampled at T=0.7",
     "source": "one source's regenerated answers",
     "ablation": "ablations: one lever changed",
+    "dflash": "DFlash block drafter",
 }
 
 
@@ -215,7 +216,7 @@ def _empty(ax, message: str) -> None:
     ax.set_axis_off()
 
 
-PAIRED_MARKERS = {"original": "o", "sampled": "s", "ablation": "^"}
+PAIRED_MARKERS = {"original": "o", "sampled": "s", "ablation": "^", "dflash": "D"}
 
 
 def paired_figure(rows: list[dict], caption: str):

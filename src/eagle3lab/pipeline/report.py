@@ -104,7 +104,7 @@ def _train(t: dict) -> str:
             d["steps"],
             d["tokens_per_s"],
             ", ".join(f"{a:.2f}" for a in (d["final_val"] or {}).get("acc_pos", [])),
-            d["vocab"].get("held_out_coverage"),
+            (d.get("vocab") or {}).get("held_out_coverage"),
         ]
         for d in t["drafts"]
     ]

@@ -13,7 +13,28 @@ from eagle3lab.pipeline import report_tables
 def served(b: dict) -> str:
     """Everything stage 04 measured in real engines (nothing for metrics from before they joined)."""
     return (
-        "".join(_in_engine(name, b.get(name)) for name in SERVED_TITLES) + _split(b.get("llamacpp_split")) + _engines(b)
+        "".join(_in_engine(name, b.get(name)) for name in SERVED_TITLES)
+        + _split(b.get("llamacpp_split"))
+        + _engines(b)
+        + _dflash(b.get("dflash"))
+    )
+
+
+def _dflash(d: dict | None) -> str:
+    """The DFlash draft timed in each engine against that engine's baseline (absent before it joined)."""
+    if not d:
+        return ""
+    keys = ("system", "config", "accept_length", "tokens_per_s", "speedup_vs_baseline", "identical_rate")
+    rows = [
+        [engine, r.get("set", "all"), *report_tables.cells([r], keys)[0]]
+        for engine in ("local", *SERVED_TITLES)
+        for r in (d.get(engine) or {}).get("rows", [])
+        if r.get("engine", engine) == engine  # a served run also holds the local engine's baseline
+    ]
+    head = ["engine", "set", "system", "config", "accept length", "tok/s", "vs baseline", "identical output"]
+    return (
+        f"\nThe DFlash draft {d['draft']} (one forward drafts a block) in each engine, against that engine's baseline "
+        "on the same prompts:\n\n" + report_tables.table(head, rows) + "\n"
     )
 
 

@@ -9,6 +9,7 @@
 - `source-ID`: one source's regenerated conversations only, every listed source at the same answer tokens (the
   smallest source's total).
 - `ablation-...`: regenerated answers at one scale with one recipe lever changed, matched to that scale's draft.
+- `dflash-NNNNN`: the DFlash block drafter on scale-NNNNN's data and plan, matched to it (issue 48).
 - `NAME-seedK`: with `seeds` > 1, every draft above again with training seed `seed` + K (initialisation and data
   order): the replicates whose spread puts training noise into every comparison's interval.
 
@@ -35,7 +36,7 @@ class DraftRun:
     name: str
     data: str  # relative to the project root
     records: int  # conversations it trains on: the first `records` of `data`, or the `rows` picked from it
-    responses: str  # regenerated, original, sampled, source, or ablation (regenerated, a recipe lever changed)
+    responses: str  # regenerated, original, sampled, source, ablation (a recipe lever changed) or dflash
     answer_tokens: int  # target tokens of its assistant turns, at the shared max_len (train.answer_tokens)
     overrides: dict = field(default_factory=dict)  # TrainConfig fields that differ from the shared settings
     matched_to: str | None = None  # the regenerated draft an original or sampled draft is compared with
@@ -43,6 +44,7 @@ class DraftRun:
     rows: list[int] | None = None  # line indices of `data` when the draft trains on a subset rather than a prefix
     replicate_of: str | None = None  # the draft this one repeats with another training seed
     seed: int | None = None  # its training seed (None: the shared one)
+    drafter: str = "eagle3"  # eagle3 or dflash: whose trainer and format (train.scales.DRAFTERS)
 
 
 def plan_rows(runs: list[DraftRun]) -> list[dict]:
@@ -165,6 +167,7 @@ def plan_runs(
     sampled_scale: int | str | None = None,
     source_drafts: list[str] = (),
     ablations: list[dict] | None = None,
+    dflash_scale: int | str | None = None,
     seeds: int = 1,
     seed: int = 0,
 ) -> tuple[list[DraftRun], list[str]]:
@@ -176,7 +179,11 @@ def plan_runs(
     bad = [n for n in scales if n != "all" and (not isinstance(n, int) or n < 1)]
     if bad:
         raise InputError(f"train_draft.scales: {bad}: expected positive integers or 'all'")
-    for key, values in (("original_scales", original_scales), ("sampled_scale", [sampled_scale])):
+    for key, values in (
+        ("original_scales", original_scales),
+        ("sampled_scale", [sampled_scale]),
+        ("dflash_scale", [dflash_scale]),
+    ):
         unknown = [n for n in values if n is not None and n not in scales]
         if unknown:
             raise InputError(f"train_draft.{key}: {unknown}: expected scales of train_draft.scales {list(scales)}")
@@ -195,6 +202,14 @@ def plan_runs(
     ):
         runs, skipped = runs + more, skipped + why
     runs += _source_runs(regen, original_data, source_drafts)
+    if dflash_scale is not None:  # the block drafter on its scale's data and plan, matched to its EAGLE-3 draft
+        size = regen.size(dflash_scale)
+        matched, why = regen.matched(size, f"dflash-{size:05d}")
+        if matched:
+            runs.append(replace(matched, name=f"dflash-{size:05d}", responses="dflash", matched_to=matched.name,
+                                drafter="dflash"))  # fmt: skip
+        else:
+            skipped.append(why)
     for k, spec in enumerate(ablations or []):
         scale, overrides = _ablation(spec, k)
         label = "-".join(f"{key.replace('_', '')}{value}" for key, value in overrides.items())

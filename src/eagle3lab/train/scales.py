@@ -38,13 +38,34 @@ def training_file(run: DraftRun, root: Path, artifacts: Path) -> tuple[Path, int
     return subset, None
 
 
-def train_runs(runs: list[DraftRun], settings: dict, root: Path, artifacts: Path, val_data: str, report=print) -> dict:
-    """Train (or resume) each draft and copy its SGLang-format folder to artifacts/drafts/NAME. `settings` holds the
-    shared TrainConfig fields. Returns name -> train_draft's result plus the run's place in the experiment."""
+def drafter(kind: str):
+    """(config class, train function) of a drafter kind: EAGLE-3's, or the DFlash block drafter's (its config extends
+    TrainConfig, so the shared settings apply to both)."""
+    if kind == "dflash":
+        from eagle3lab.dflash.train import DFlashTrainConfig, train_dflash
+
+        return DFlashTrainConfig, train_dflash
+    return TrainConfig, train_draft
+
+
+def train_runs(
+    runs: list[DraftRun],
+    settings: dict,
+    root: Path,
+    artifacts: Path,
+    val_data: str,
+    report=print,
+    drafter_settings: dict[str, dict] | None = None,
+) -> dict:
+    """Train (or resume) each draft and copy its folder (SGLang's format, DFlash's z-lab one) to artifacts/drafts/NAME.
+    `settings` holds the shared TrainConfig fields, `drafter_settings` each drafter kind's own (e.g. {"dflash":
+    {"block_size": 6}}). Returns name -> the trainer's result plus the run's place in the experiment."""
     results = {}
     for run in runs:
         data, max_records = training_file(run, root, artifacts)
-        cfg = TrainConfig(
+        config, train = drafter(run.drafter)
+        own = (drafter_settings or {}).get(run.drafter, {})
+        cfg = config(
             data=str(data),
             val=str(root / val_data),
             output=str(artifacts / "train" / run.name),
@@ -52,15 +73,15 @@ def train_runs(runs: list[DraftRun], settings: dict, root: Path, artifacts: Path
             max_records=max_records,
             resume=True,
             progress=False,
-            **{**settings, **run.overrides, **({} if run.seed is None else {"seed": run.seed})},
+            **{**settings, **own, **run.overrides, **({} if run.seed is None else {"seed": run.seed})},
         )
-        result = train_draft(cfg)
+        result = train(cfg)
         with atomic_path(artifacts / "drafts" / run.name) as tmp:  # the folder the benchmark names
             shutil.copytree(result["draft"], tmp)
         place = {key: getattr(run, key) for key in ("responses", "records", "overrides", "source", "matched_to")}
-        place |= {"replicate_of": run.replicate_of, "seed": cfg.seed}
+        place |= {"replicate_of": run.replicate_of, "seed": cfg.seed, "drafter": run.drafter}
         results[run.name] = result | place
-        acc = result["final_val"] and result["final_val"]["acc_pos"]
+        acc = (result["final_val"] or {}).get("acc_pos")
         report(f"{run.name}: {result['steps']} steps, {result['tokens_per_s']:.0f} tok/s, held-out acc {acc}")
     return results
 
@@ -96,7 +117,7 @@ def summary_rows(results: dict) -> list[dict]:
             "plateaued": r["plateaued"],  # stopped by train_draft.patience before its budget
             "pick step": (r.get("best") or {}).get("step"),
             "train tok/s": r["tokens_per_s"],
-            "vocab coverage (held-out)": r["vocab"].get("held_out_coverage"),
+            "vocab coverage (held-out)": (r.get("vocab") or {}).get("held_out_coverage"),
             "best accept length (held-out)": (r.get("best") or {}).get("accept_length"),
             **{f"held-out acc step {i}": a for i, a in enumerate((r["final_val"] or {}).get("acc_pos", []))},
         }
@@ -127,7 +148,8 @@ def train_metrics(results: dict, artifacts: Path, root: Path) -> dict:
             "plateaued": r["plateaued"],  # stopped by train_draft.patience before its budget
             "tokens_per_s": r["tokens_per_s"],
             "final_val": r["final_val"],
-            "vocab": r["vocab"],
+            "vocab": r.get("vocab"),  # EAGLE-3's draft vocabulary (a DFlash draft drafts with the target's head)
+            "drafter": r["drafter"],
         }
         if r["overrides"]:
             entry["ablation"] = r["overrides"]
