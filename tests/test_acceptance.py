@@ -57,6 +57,23 @@ def test_hits_count_a_token_outside_the_draft_vocabulary_as_a_miss(project_draft
     assert predicted.shape == (2, 40) and not predicted[:, -2:].any()  # past the text: misses
 
 
+def test_chains_rooted_in_the_answer_are_drafted_the_same_without_the_prompts_later_steps(project_draft):
+    from eagle3lab.models.draft import load_draft
+
+    _, folder = project_draft
+    draft = load_draft(folder).float()
+    ids, aux, first = torch.arange(1, 41) * 3 % 300, torch.randn(40, draft.fc.in_features), 17
+    with torch.inference_mode():
+        hidden, inputs, positions = draft.project(aux)[None], ids[None], torch.arange(40)[None]
+        whole = draft.ttt_forward(inputs, hidden, positions, 3)
+        answer = draft.ttt_forward(inputs, hidden, positions, 3, first)
+    assert [a.shape[1] for a in answer] == [40, 23, 23]
+    for w, a in zip(whole, answer):
+        torch.testing.assert_close(a[:, -23:], w[:, first:], rtol=1e-5, atol=1e-5)
+    hits = draft_hits(draft, aux, ids, 3, first)
+    assert torch.equal(hits[:, first:], draft_hits(draft, aux, ids, 3)[:, first:]) and not hits[:, :first].any()
+
+
 def test_eval_sets_are_checked_by_name_and_size():
     assert parse_sets(["mtbench"]) == {"mtbench": None}
     with pytest.raises(InputError, match="unknown"):

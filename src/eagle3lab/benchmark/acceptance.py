@@ -57,7 +57,7 @@ def evaluate(drafts: dict, target, records, depths: list[int], progress: bool = 
         for tf in tqdm(forced, total=len(records), disable=not progress, desc="acceptance"):
             prompt_tokens, tokens = len(tf.record.prompt_ids), max(tf.answer_tokens - 1, 0)
             for name, draft in group.items():
-                hits = draft_hits(draft, tf.aux, tf.ids, deepest)
+                hits = draft_hits(draft, tf.aux, tf.ids, deepest, first=prompt_tokens - 1)
                 for depth in depths:
                     accepted = walk(hits, prompt_tokens, tf.answer_tokens, depth)
                     out.append(PromptAcceptance(name, tf.record.set, tf.record.id, depth, tokens, accepted, tf.cut))

@@ -13,9 +13,10 @@ import torch
 import torch.nn.functional as F
 
 
-def draft_hits(draft, aux: torch.Tensor, ids: torch.Tensor, depth: int) -> torch.Tensor:
+def draft_hits(draft, aux: torch.Tensor, ids: torch.Tensor, depth: int, first: int = 0) -> torch.Tensor:
     """[depth, T] bool: hit[j, t] says the chain rooted at draft position t (the target's feature at t, token t+1)
-    drafts token t+2+j correctly, given tokens t+1..t+1+j were right. Positions past the text are misses."""
+    drafts token t+2+j correctly, given tokens t+1..t+1+j were right. Positions past the text are misses, and so are
+    the positions before `first` (chains rooted there are not drafted: the walk starts at the prompt's last token)."""
     t = ids.numel()
     parameter = next(draft.parameters())
     ids, aux = ids.to(parameter.device), aux.to(parameter.device)
@@ -23,13 +24,13 @@ def draft_hits(draft, aux: torch.Tensor, ids: torch.Tensor, depth: int) -> torch
         hidden = draft.project(aux.to(parameter.dtype))
         inputs = F.pad(ids[1:], (0, 1))
         positions = torch.arange(t, device=ids.device)[None]
-        logits = draft.ttt_forward(inputs[None], hidden[None], positions, depth)
+        logits = draft.ttt_forward(inputs[None], hidden[None], positions, depth, first)
     hits = torch.zeros(depth, t, dtype=torch.bool)
     for j, step in enumerate(logits):
-        predicted = draft.draft_to_target(step[0].argmax(-1))
-        n = t - 2 - j
+        predicted = draft.draft_to_target(step[0, step.shape[1] - (t - first) :].argmax(-1))  # positions first..
+        n = t - 2 - j - first
         if n > 0:
-            hits[j, :n] = (predicted[:n] == ids[2 + j :]).cpu()
+            hits[j, first : first + n] = (predicted[:n] == ids[first + 2 + j :]).cpu()
     return hits
 
 

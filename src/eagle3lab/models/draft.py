@@ -194,7 +194,7 @@ class Eagle3Draft(nn.Module):
 
         return self._step(input_ids, hidden, position_ids, attend)
 
-    def ttt_forward(self, input_ids, hidden, position_ids, steps: int) -> list[torch.Tensor]:
+    def ttt_forward(self, input_ids, hidden, position_ids, steps: int, first: int = 0) -> list[torch.Tensor]:
         """Training-time test: unroll the draft `steps` times over a whole sequence at once.
 
         Draft position t pairs token input_ids[t] with hidden[t] (already projected). At step i it reads the token
@@ -202,7 +202,9 @@ class Eagle3Draft(nn.Module):
         hidden from step i-1, at position position_ids[t] + i, exactly what inference feeds the chain rooted at t.
         Attention at step i: step-0 keys of positions <= t (causal) plus this position's own keys of steps 1..i,
         i.e. what the inference path with a DraftCache sees when it drafts i tokens after position t.
-        Returns the draft-vocab logits of each step, [B, T, Vd] each."""
+        Returns the draft-vocab logits of each step, [B, T, Vd] each. With `first` > 0 the steps after the first run
+        only from position `first` on (their logits are [B, T - first, Vd]): chains rooted in an answer need no more,
+        and the first step still runs everywhere, as the keys every later step attends to."""
         b, t = input_ids.shape
         causal = torch.ones(t, t, dtype=torch.bool, device=input_ids.device).tril()
         keys, values, logits = [], [], []
@@ -215,7 +217,7 @@ class Eagle3Draft(nn.Module):
             keys.append(k)
             values.append(v)
             scores = torch.matmul(q, keys[0].transpose(-1, -2)) * scale
-            scores = scores.masked_fill(~causal, float("-inf"))
+            scores = scores.masked_fill(~causal[t - q.shape[-2] :], float("-inf"))  # the query rows' causal block
             # own keys from steps 1..i: one score per position (a diagonal), appended after the causal block
             diag = [(q * kj).sum(-1, keepdim=True) * scale for kj in keys[1:]]
             probs = torch.softmax(torch.cat([scores, *diag], dim=-1).float(), dim=-1).to(q.dtype)
@@ -224,11 +226,13 @@ class Eagle3Draft(nn.Module):
                 out = out + probs[..., t + j : t + j + 1] * vj
             return out
 
-        ids = input_ids
+        ids, positions = input_ids, position_ids
         for i in range(steps):
             if i:
-                ids = F.pad(input_ids[:, i:], (0, i))
-            step_logits, hidden = self._step(ids, hidden, position_ids + i, attend)
+                ids = F.pad(input_ids[:, i:], (0, i))[:, first:]
+                positions = position_ids[:, first:] + i
+            step_logits, hidden = self._step(ids, hidden, positions, attend)
+            hidden = hidden[:, first:] if i == 0 else hidden
             logits.append(step_logits)
         return logits
 

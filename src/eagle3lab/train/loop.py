@@ -80,7 +80,8 @@ def evaluate(draft, examples: Examples, head, cfg: TrainConfig, inputs: Inputs) 
                 if answer < 2:
                     continue
                 ids, aux = batch["input_ids"][row, : prompt + answer], batch["aux"][row, : prompt + answer].float()
-                rounds += len(walk(draft_hits(draft, aux, ids, cfg.ttt_length), prompt, answer, cfg.ttt_length))
+                hits = draft_hits(draft, aux, ids, cfg.ttt_length, first=prompt - 1)
+                rounds += len(walk(hits, prompt, answer, cfg.ttt_length))
                 emitted += answer - 1
     draft.train()
     return summarize(sums, correct, counts) | {"accept_length": round(emitted / rounds, 5) if rounds else 1.0}
