@@ -42,6 +42,19 @@ if TYPE_CHECKING:
 MODES = ("eagle3", "eagle")
 
 
+def emit(result: Generation, eos, tokens: list[int], max_new_tokens: int) -> bool:
+    """Append tokens to `result` up to an EOS token or the length limit; True when generation is over (every engine's
+    rule, the chain's and the block's)."""
+    for t in tokens:
+        result.tokens.append(t)
+        if t in eos:
+            result.finished_by = "eos"
+            return True
+        if len(result.tokens) >= max_new_tokens:
+            return True
+    return False
+
+
 class SpecEngine:
     """Batch-1 speculative (or plain, for the baseline config) decoding of one HF Llama target.
 
@@ -259,23 +272,12 @@ class SpecEngine:
         result.time_total = clock(self.device) - t0
         return result
 
-    def _emit(self, result: Generation, tokens: list[int], max_new_tokens: int) -> bool:
-        """Append tokens up to EOS / the length limit; True when generation is over."""
-        for t in tokens:
-            result.tokens.append(t)
-            if t in self.eos:
-                result.finished_by = "eos"
-                return True
-            if len(result.tokens) >= max_new_tokens:
-                return True
-        return False
-
     def _run(self, prompt, max_new_tokens, temperature, gen, cache, capture, result: Generation) -> None:
         t = clock(self.device)
         logits, features = self._target(prompt, 0, cache, capture, last_only=True)
         root = self._pick(logits[-1], temperature, gen)
         result.time_prefill = clock(self.device) - t
-        if self._emit(result, [root], max_new_tokens):
+        if emit(result, self.eos, [root], max_new_tokens):
             return
         if self.draft is None:
             self._run_plain(root, len(prompt), max_new_tokens, temperature, gen, cache, result)
@@ -290,7 +292,7 @@ class SpecEngine:
             result.verify_count += 1
             n += 1
             root = self._pick(logits[-1], temperature, gen)
-            if self._emit(result, [root], max_new_tokens):
+            if emit(result, self.eos, [root], max_new_tokens):
                 return
 
     def _run_speculative(self, prompt, root, features, max_new_tokens, temperature, gen, cache, capture, result):
@@ -327,7 +329,7 @@ class SpecEngine:
             rows = [0] + path
             keep_cache_positions(cache, n, rows)
             new_tokens = [tree.tokens[r] for r in path] + [bonus]
-            if self._emit(result, new_tokens, max_new_tokens):
+            if emit(result, self.eos, new_tokens, max_new_tokens):
                 return
             t = clock(self.device)
             dlogits, dhidden = self._draft_extend(new_tokens, features[rows], n, dcache)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from eagle3lab.decoding.engine import emit
 from eagle3lab.decoding.generation import Generation
 from eagle3lab.decoding.tree import keep_cache_positions
 from eagle3lab.devices import clock
@@ -58,16 +59,6 @@ class DFlashEngine:
         out = self.draft(F.embedding(ids, self.embed), positions, context, mask)
         return F.linear(out[0, 1:], self.head.to(out.dtype)).argmax(-1).tolist()
 
-    def _emit(self, result: Generation, tokens: list[int], max_new_tokens: int) -> bool:
-        for t in tokens:
-            result.tokens.append(t)
-            if t in self.eos:
-                result.finished_by = "eos"
-                return True
-            if len(result.tokens) >= max_new_tokens:
-                return True
-        return False
-
     @torch.inference_mode()
     def generate(self, prompt_ids, max_new_tokens: int) -> Generation:
         from transformers import DynamicCache
@@ -82,7 +73,7 @@ class DFlashEngine:
             choices, features = self._target(prompt, 0, cache, capture)
             anchor, n = int(choices[-1]), len(prompt)
             result.time_prefill = clock(self.device) - start
-            done = self._emit(result, [anchor], max_new_tokens)
+            done = emit(result, self.eos, [anchor], max_new_tokens)
             caches = [DraftCache() for _ in self.draft.layers]
             while not done:
                 t = clock(self.device)
@@ -102,6 +93,6 @@ class DFlashEngine:
                 features = block_features[: accepted + 1]
                 n += accepted + 1
                 anchor = greedy[accepted]
-                done = self._emit(result, drafts[:accepted] + [anchor], max_new_tokens)
+                done = emit(result, self.eos, drafts[:accepted] + [anchor], max_new_tokens)
         result.time_total = clock(self.device) - start
         return result

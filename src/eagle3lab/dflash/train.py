@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from eagle3lab.decoding.offline import last_answer, walk
-from eagle3lab.devices import autocast, clock, resolve_device
+from eagle3lab.devices import autocast, clock
 from eagle3lab.dflash.config import DFlashConfig
 from eagle3lab.dflash.model import DFlashDraft, draft_blocks, save_dflash
 from eagle3lab.dflash.offline import block_hits
@@ -23,9 +23,7 @@ from eagle3lab.io import InputError, read_jsonl, write_json, write_jsonl
 from eagle3lab.options import option
 from eagle3lab.train.batches import make_batches
 from eagle3lab.train.config import TrainConfig
-from eagle3lab.train.distributed import init_distributed
-from eagle3lab.train.inputs import load_inputs
-from eagle3lab.train.loop import Trainer, TrainingError, _open_output, lr_factor
+from eagle3lab.train.loop import Trainer, TrainingError, lr_factor, run_trainer
 from eagle3lab.train.resume import param_checksum, set_rng_state
 from eagle3lab.train.selection import BestDraft
 
@@ -220,21 +218,7 @@ def held_out_accept_length(draft, embed, head, examples) -> dict:
 def train_dflash(cfg: DFlashTrainConfig, on_step=None) -> dict:
     """Train one DFlash draft; OUTPUT/draft is the z-lab folder vLLM loads and llama.cpp converts (the best held-out
     one where there is held-out data), OUTPUT/result.json the record."""
-    cfg.check()
-    device = resolve_device(cfg.device)
-    env = init_distributed(device)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    out, identity, resume_state = _open_output(cfg, env)
-    torch.manual_seed(cfg.seed)
-    inputs = load_inputs(cfg, env, device)
-    trainer = DFlashTrainer(cfg, env, device, inputs, out)
-    if resume_state is not None:
-        trainer.restore(resume_state)
-    else:
-        write_jsonl(trainer.metrics_path, [])
-    trainer.open_curves()
-    trainer.run(identity, on_step)
+    trainer, _, out = run_trainer(cfg, DFlashTrainer, on_step)
     if trainer.best.weights is not None:
         trainer.draft.load_state_dict(trainer.best.weights)
     save_dflash(trainer.draft, out / "draft", dtype=torch.bfloat16 if cfg.bf16 else None)
@@ -249,9 +233,9 @@ def train_dflash(cfg: DFlashTrainConfig, on_step=None) -> dict:
         "answer_tokens_seen": trainer.answer_tokens_seen,
         "train_seconds": round(trainer.train_time, 2),
         "tokens_per_s": round(trainer.tokens_seen / max(trainer.train_time, 1e-9), 1),
-        "data": inputs.data_stats,
-        "val_data": inputs.val_stats,
-        "features_cache": inputs.cache_stats,
+        "data": trainer.inputs.data_stats,
+        "val_data": trainer.inputs.val_stats,
+        "features_cache": trainer.inputs.cache_stats,
         "final_val": trainer.last_val,
         "best": trainer.best.meta,
         "mask_token_id": trainer.draft.config.mask_token_id,

@@ -312,9 +312,9 @@ def _open_output(cfg: TrainConfig, env: Dist) -> tuple[Path, dict, dict | None]:
     return out, identity, read_checkpoint(ckpt_path, identity) if cfg.resume and ckpt_path.exists() else None
 
 
-def train_draft(cfg: TrainConfig, on_step=None) -> dict:
-    """Train one draft; returns a result dict (also written to OUTPUT/result.json). `on_step(step, record)` is called
-    after every optimizer step (the notebook's live plot; tests use it to simulate a kill)."""
+def run_trainer(cfg: TrainConfig, trainer_class, on_step=None) -> tuple[Trainer, Dist, Path]:
+    """Set up and run a trainer of `trainer_class` (Trainer or a drafter's subclass) on `cfg`, resuming OUTPUT's
+    checkpoint where there is one; returns (trainer, env, output folder) for the drafter's own export."""
     cfg.check()
     device = resolve_device(cfg.device)
     env = init_distributed(device)
@@ -323,13 +323,20 @@ def train_draft(cfg: TrainConfig, on_step=None) -> dict:
     out, identity, resume_state = _open_output(cfg, env)
     torch.manual_seed(cfg.seed)
     inputs = load_inputs(cfg, env, device)
-    trainer = Trainer(cfg, env, device, inputs, out)
+    trainer = trainer_class(cfg, env, device, inputs, out)
     if resume_state is not None:
         trainer.restore(resume_state)
     elif env.main:
         write_jsonl(trainer.metrics_path, [])
     trainer.open_curves()
     trainer.run(identity, on_step)
+    return trainer, env, out
+
+
+def train_draft(cfg: TrainConfig, on_step=None) -> dict:
+    """Train one draft; returns a result dict (also written to OUTPUT/result.json). `on_step(step, record)` is called
+    after every optimizer step (the notebook's live plot; tests use it to simulate a kill)."""
+    trainer, env, out = run_trainer(cfg, Trainer, on_step)
     return _finish(cfg, env, trainer, out)
 
 
