@@ -130,3 +130,13 @@ def test_an_answer_is_cut_where_the_targets_own_argmax_disagrees(smollm2):
     assert (kept.answer_tokens, kept.cut) == (3, False)
     assert (cut.answer_tokens, cut.cut) == (2, True)
     assert cut.ids.tolist() == prompt + greedy[:2] and cut.aux.shape[0] == len(prompt) + 2
+
+
+def test_the_acceptance_commands_read_sets_and_named_drafts_one_way():
+    from eagle3lab.benchmark.acceptance import named, sets_option
+
+    assert sets_option("mtbench:all, gsm8k:120,humaneval") == {"mtbench": None, "gsm8k": 120, "humaneval": None}
+    assert named("seed1=runs/d/draft") == ("seed1", "runs/d/draft") and named("runs/d/draft/") == (
+        "draft",
+        "runs/d/draft/",
+    )

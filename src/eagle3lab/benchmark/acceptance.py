@@ -105,6 +105,21 @@ def per_prompt(rows: list[PromptAcceptance]) -> list[dict]:
     ]
 
 
+def sets_option(text: str) -> dict[str, int | None]:
+    """--sets "mtbench:all,gsm8k:120" as {set: records or None (every record)}."""
+    sets = {}
+    for part in text.split(","):
+        name, _, n = part.partition(":")
+        sets[name.strip()] = None if n in ("", "all") else int(n)
+    return sets
+
+
+def named(spec: str) -> tuple[str, str]:
+    """A draft argument, NAME=FOLDER or FOLDER, as (name, folder): the folder's own name when none is given."""
+    name, _, folder = spec.rpartition("=")
+    return name or Path(folder).name, folder
+
+
 def main(argv=None) -> int:
     from eagle3lab.benchmark.eval_set import DEFAULT_SETS, build_eval_set, summary
     from eagle3lab.benchmark.systems import load_bench_draft
@@ -133,17 +148,11 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", default=str(ARTIFACTS / "eval"), help="folder of cached evaluation sets")
     parser.add_argument("--output", help="write the table and the per-prompt rows to this JSON file")
     args = parser.parse_args(argv)
-    sets = {}
-    for part in args.sets.split(","):
-        name, _, n = part.partition(":")
-        sets[name.strip()] = None if n in ("", "all") else int(n)
+    sets = sets_option(args.sets)
     depths = [int(d) for d in args.depths.split(",")]
     dtype = getattr(torch, args.dtype)
     target = load_target(args.target, dtype=dtype, device=resolve_device(args.device))
-    drafts = {}
-    for spec in args.drafts:
-        name, _, folder = spec.rpartition("=")
-        drafts[name or Path(folder).name] = load_bench_draft(folder, target, dtype)
+    drafts = {name: load_bench_draft(folder, target, dtype) for name, folder in map(named, args.drafts)}
     records = build_eval_set(target, args.cache, sets, args.max_new_tokens)
     rows = evaluate(drafts, target, records, depths)
     cut = len({r.prompt for r in rows if r.answer_cut})

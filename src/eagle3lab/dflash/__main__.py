@@ -73,22 +73,16 @@ def _acceptance(argv) -> int:
     parser.add_argument("--cache", default=str(ARTIFACTS / "eval"), help="folder of cached evaluation sets")
     parser.add_argument("--output", help="write the table and the per-prompt rows to this JSON file")
     args = parser.parse_args(argv)
-    sets = {}
-    for part in args.sets.split(","):
-        name, _, n = part.partition(":")
-        sets[name.strip()] = None if n in ("", "all") else int(n)
-    sets = parse_sets(sets)
+    sets = parse_sets(chain.sets_option(args.sets))
     target = load_target(args.target, dtype=torch.float32)
     records = build_eval_set(target, args.cache, sets, args.max_new_tokens)
 
-    def named(spec):
-        name, _, folder = spec.rpartition("=")
-        return name or folder.rstrip("/").split("/")[-1], folder
-
-    blocks = {name: load_dflash(folder, torch.float32) for name, folder in map(named, args.drafts)}
+    blocks = {name: load_dflash(folder, torch.float32) for name, folder in map(chain.named, args.drafts)}
     rows = acceptance.evaluate(blocks, target, records)
     if args.eagle3:
-        chains = {name: load_bench_draft(folder, target, torch.float32) for name, folder in map(named, args.eagle3)}
+        chains = {
+            name: load_bench_draft(folder, target, torch.float32) for name, folder in map(chain.named, args.eagle3)
+        }
         rows += chain.evaluate(chains, target, records, [args.depth])
     table, per_prompt = chain.table(rows), chain.per_prompt(rows)
     for row in table:
