@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from eagle3lab.models.checkpoint import DraftFormatError
-from eagle3lab.models.draft_config import _rope_from_hf
+from eagle3lab.models.draft_config import _rope_from_hf, target_shape
 
 ARCHITECTURE = "DFlashDraftModel"
 
@@ -51,25 +51,14 @@ class DFlashConfig:
     def from_target(cls, target_config, *, mask_token_id: int, block_size: int = 4, num_hidden_layers: int = 1,
                     target_layer_ids: list[int] | None = None) -> DFlashConfig:  # fmt: skip
         """A draft as wide as the target, with its attention and MLP shapes (the z-lab and SpecForge convention)."""
-        heads = target_config.num_attention_heads
-        theta, _ = _rope_from_hf(target_config)
         layers = target_config.num_hidden_layers
         return cls(
-            hidden_size=target_config.hidden_size,
-            intermediate_size=target_config.intermediate_size,
-            num_attention_heads=heads,
-            num_key_value_heads=getattr(target_config, "num_key_value_heads", None) or heads,
-            head_dim=getattr(target_config, "head_dim", None) or target_config.hidden_size // heads,
-            vocab_size=target_config.vocab_size,
+            **target_shape(target_config),
             num_target_layers=layers,
             target_layer_ids=list(target_layer_ids or default_target_layers(layers)),
             mask_token_id=int(mask_token_id),
             block_size=int(block_size),
             num_hidden_layers=int(num_hidden_layers),
-            max_position_embeddings=target_config.max_position_embeddings,
-            rms_norm_eps=float(target_config.rms_norm_eps),
-            rope_theta=theta,
-            hidden_act=getattr(target_config, "hidden_act", "silu"),
         ).checked()
 
     def checked(self, where: str = "the DFlash config") -> DFlashConfig:

@@ -17,6 +17,7 @@ from torch import nn
 
 from eagle3lab.dflash.config import DFlashConfig
 from eagle3lab.models.checkpoint import DraftFormatError, _read_file, open_checkpoint, write_checkpoint
+from eagle3lab.models.draft_config import llama_config
 
 
 def _rotate(x, cos, sin):
@@ -62,30 +63,13 @@ class DFlashLayer(nn.Module):
 
         super().__init__()
         self.self_attn = DFlashAttention(cfg)
-        self.mlp = LlamaMLP(_llama_config(cfg))
+        self.mlp = LlamaMLP(llama_config(cfg))
         self.input_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
     def forward(self, h, context_kv, cos, sin, mask):
         h = h + self.self_attn(self.input_layernorm(h), context_kv, cos, sin, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
-
-
-def _llama_config(cfg: DFlashConfig):
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_key_value_heads,
-        head_dim=cfg.head_dim,
-        max_position_embeddings=cfg.max_position_embeddings,
-        rms_norm_eps=cfg.rms_norm_eps,
-        hidden_act=cfg.hidden_act,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
-        vocab_size=cfg.vocab_size,
-    )
 
 
 class DFlashDraft(nn.Module):
@@ -102,7 +86,7 @@ class DFlashDraft(nn.Module):
         self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.rotary = LlamaRotaryEmbedding(_llama_config(config))  # inv_freq: a non-persistent buffer
+        self.rotary = LlamaRotaryEmbedding(llama_config(config))  # inv_freq: a non-persistent buffer
         self.apply(self._init)
 
     @staticmethod

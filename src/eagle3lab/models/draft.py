@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from eagle3lab.models.checkpoint import DraftFormatError, open_checkpoint, write_checkpoint
-from eagle3lab.models.draft_config import DraftConfig
+from eagle3lab.models.draft_config import DraftConfig, llama_config
 
 # ---- KV cache ------------------------------------------------------------------------------------------------------
 
@@ -104,7 +104,7 @@ class DraftDecoderLayer(nn.Module):
         from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
 
         self.self_attn = DraftAttention(cfg)
-        self.mlp = LlamaMLP(cfg._llama_config())
+        self.mlp = LlamaMLP(llama_config(cfg))
         self.input_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.hidden_norm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
@@ -129,7 +129,7 @@ class Eagle3Draft(nn.Module):
         self.midlayer = DraftDecoderLayer(config)
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.draft_vocab_size, bias=False)
-        self.rotary = LlamaRotaryEmbedding(config._llama_config())  # inv_freq is a non-persistent buffer
+        self.rotary = LlamaRotaryEmbedding(llama_config(config))  # inv_freq is a non-persistent buffer
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
         self.set_vocab(torch.arange(min(config.draft_vocab_size, config.vocab_size)))

@@ -20,6 +20,46 @@ def _rope_from_hf(cfg) -> tuple[float, dict | None]:
     return float(getattr(cfg, "rope_theta", 10000.0)), getattr(cfg, "rope_scaling", None)
 
 
+def target_shape(target_config) -> dict:
+    """A draft layer shaped like one of the target's (SGLang's, SpecForge's and z-lab's convention): the fields
+    EAGLE-3's and DFlash's configs share, rope_theta included."""
+    heads = target_config.num_attention_heads
+    return dict(
+        hidden_size=target_config.hidden_size,
+        intermediate_size=target_config.intermediate_size,
+        num_attention_heads=heads,
+        num_key_value_heads=getattr(target_config, "num_key_value_heads", None) or heads,
+        head_dim=getattr(target_config, "head_dim", None) or target_config.hidden_size // heads,
+        vocab_size=target_config.vocab_size,
+        # A short context window silently ruins acceptance on long prompts: never below the target's.
+        max_position_embeddings=target_config.max_position_embeddings,
+        rms_norm_eps=float(target_config.rms_norm_eps),
+        rope_theta=_rope_from_hf(target_config)[0],
+        hidden_act=getattr(target_config, "hidden_act", "silu"),
+    )
+
+
+def llama_config(cfg):
+    """The transformers LlamaConfig of a draft config (EAGLE-3's or DFlash's) for the Llama modules it reuses."""
+    from transformers import LlamaConfig
+
+    rope = {"rope_type": "default", **(getattr(cfg, "rope_scaling", None) or {}), "rope_theta": cfg.rope_theta}
+    if "type" in rope and rope["rope_type"] == "default":
+        rope["rope_type"] = rope.pop("type")
+    return LlamaConfig(
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rms_norm_eps=cfg.rms_norm_eps,
+        hidden_act=cfg.hidden_act,
+        rope_parameters=rope,
+        vocab_size=cfg.vocab_size,
+    )
+
+
 @dataclass
 class DraftConfig:
     hidden_size: int
@@ -43,24 +83,12 @@ class DraftConfig:
     @classmethod
     def from_target(cls, target_config, draft_vocab_size: int, aux_layer_ids: list[int] | None = None) -> DraftConfig:
         """A draft shaped like one layer of the target (SGLang's and SpecForge's convention)."""
-        theta, scaling = _rope_from_hf(target_config)
-        heads = target_config.num_attention_heads
         return cls(
-            hidden_size=target_config.hidden_size,
-            intermediate_size=target_config.intermediate_size,
-            num_attention_heads=heads,
-            num_key_value_heads=getattr(target_config, "num_key_value_heads", None) or heads,
-            head_dim=getattr(target_config, "head_dim", None) or target_config.hidden_size // heads,
-            vocab_size=target_config.vocab_size,
+            **target_shape(target_config),
             draft_vocab_size=int(draft_vocab_size),
             target_hidden_size=target_config.hidden_size,
             aux_layer_ids=list(aux_layer_ids) if aux_layer_ids is not None else None,
-            # A short context window silently ruins acceptance on long prompts: never below the target's.
-            max_position_embeddings=target_config.max_position_embeddings,
-            rms_norm_eps=float(target_config.rms_norm_eps),
-            rope_theta=theta,
-            rope_scaling=scaling,
-            hidden_act=getattr(target_config, "hidden_act", "silu"),
+            rope_scaling=_rope_from_hf(target_config)[1],
         )
 
     def to_sglang(self) -> dict:
@@ -144,22 +172,3 @@ class DraftConfig:
         d = asdict(self)
         d.pop("extra")
         return d
-
-    def _llama_config(self):
-        from transformers import LlamaConfig
-
-        rope = {"rope_type": "default", **(self.rope_scaling or {}), "rope_theta": self.rope_theta}
-        if "type" in rope and rope["rope_type"] == "default":
-            rope["rope_type"] = rope.pop("type")
-        return LlamaConfig(
-            hidden_size=self.hidden_size,
-            intermediate_size=self.intermediate_size,
-            num_attention_heads=self.num_attention_heads,
-            num_key_value_heads=self.num_key_value_heads,
-            head_dim=self.head_dim,
-            max_position_embeddings=self.max_position_embeddings,
-            rms_norm_eps=self.rms_norm_eps,
-            hidden_act=self.hidden_act,
-            rope_parameters=rope,
-            vocab_size=self.vocab_size,
-        )
