@@ -133,6 +133,32 @@ def _sampled_runs(regen: _Regenerated, sampled_data: str, sampled_scale) -> tupl
     return [DraftRun(name, sampled_data, len(rows), "sampled", tokens, matched_to=matched.name, rows=rows)], []
 
 
+def _check_scales(scales, seeds, **placed) -> None:
+    """Errors naming the train_draft key: seeds, the scales, and each key placing a draft at one of the scales."""
+    if not isinstance(seeds, int) or seeds < 1:
+        raise InputError(f"train_draft.seeds: {seeds!r}: expected a positive integer (training seeds per draft)")
+    bad = [n for n in scales if n != "all" and (not isinstance(n, int) or n < 1)]
+    if bad:
+        raise InputError(f"train_draft.scales: {bad}: expected positive integers or 'all'")
+    for key, values in placed.items():
+        unknown = [n for n in values if n is not None and n not in scales]
+        if unknown:
+            raise InputError(f"train_draft.{key}: {unknown}: expected scales of train_draft.scales {list(scales)}")
+
+
+def _dflash_runs(regen: _Regenerated, dflash_scale) -> tuple[list[DraftRun], list[str]]:
+    """The block drafter on its scale's data and plan, matched to that scale's EAGLE-3 draft."""
+    if dflash_scale is None:
+        return [], []
+    size = regen.size(dflash_scale)
+    matched, why = regen.matched(size, f"dflash-{size:05d}")
+    if not matched:
+        return [], [why]
+    return [
+        replace(matched, name=f"dflash-{size:05d}", responses="dflash", matched_to=matched.name, drafter="dflash")
+    ], []
+
+
 def _source_runs(regen: _Regenerated, original_data: str, source_drafts) -> list[DraftRun]:
     """One draft per listed source on its regenerated conversations, all at the smallest source's answer tokens."""
     if not source_drafts:
@@ -174,19 +200,8 @@ def plan_runs(
     """The drafts to train (paths relative to `root`), and why each planned one that cannot be trained is skipped.
     A scale "all" is every regenerated conversation, whatever their number. `seeds` trains each draft that many
     times, replicate K with training seed `seed` + K."""
-    if not isinstance(seeds, int) or seeds < 1:
-        raise InputError(f"train_draft.seeds: {seeds!r}: expected a positive integer (training seeds per draft)")
-    bad = [n for n in scales if n != "all" and (not isinstance(n, int) or n < 1)]
-    if bad:
-        raise InputError(f"train_draft.scales: {bad}: expected positive integers or 'all'")
-    for key, values in (
-        ("original_scales", original_scales),
-        ("sampled_scale", [sampled_scale]),
-        ("dflash_scale", [dflash_scale]),
-    ):
-        unknown = [n for n in values if n is not None and n not in scales]
-        if unknown:
-            raise InputError(f"train_draft.{key}: {unknown}: expected scales of train_draft.scales {list(scales)}")
+    _check_scales(scales, seeds, original_scales=original_scales, sampled_scale=[sampled_scale],
+                  dflash_scale=[dflash_scale])  # fmt: skip
     regen = _Regenerated(root, count, train_data, count(root / train_data))
     available = len(regen.counts)
     skipped = []
@@ -199,17 +214,10 @@ def plan_runs(
     for more, why in (
         _original_runs(regen, original_data, original_scales),
         _sampled_runs(regen, sampled_data, sampled_scale),
+        _dflash_runs(regen, dflash_scale),
     ):
         runs, skipped = runs + more, skipped + why
     runs += _source_runs(regen, original_data, source_drafts)
-    if dflash_scale is not None:  # the block drafter on its scale's data and plan, matched to its EAGLE-3 draft
-        size = regen.size(dflash_scale)
-        matched, why = regen.matched(size, f"dflash-{size:05d}")
-        if matched:
-            runs.append(replace(matched, name=f"dflash-{size:05d}", responses="dflash", matched_to=matched.name,
-                                drafter="dflash"))  # fmt: skip
-        else:
-            skipped.append(why)
     for k, spec in enumerate(ablations or []):
         scale, overrides = _ablation(spec, k)
         label = "-".join(f"{key.replace('_', '')}{value}" for key, value in overrides.items())
