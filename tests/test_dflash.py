@@ -205,3 +205,15 @@ def test_dflash_is_compared_with_eagle3_prompt_by_prompt_over_both_recipes_seeds
     assert overall["set"] == "all sets" and overall["difference"] == pytest.approx(-0.25)
     assert overall["high"] < 0 and overall["verdict"] == "shown" and overall["seeds"] == [2, 2]
     assert sorted(r["set"] for r in per_set) == ["gsm8k", "mtbench"] and all(r["prompts"] == 15 for r in per_set)
+
+
+def test_live_curves_take_a_dflash_runs_rows(trained):
+    """DFlash's held-out rows carry its exact accept length alone (no loss, no per-position accuracy): the stage's
+    dvclive curves log what each row has."""
+    from eagle3lab.train.live import curve_values
+
+    rows = list(read_jsonl(trained["root"] / "run" / "metrics.jsonl"))
+    val = next(r for r in rows if r["split"] == "val")
+    assert curve_values(val) == {"val/accept_length": val["accept_length"]}
+    train = next(r for r in rows if r["split"] == "train")
+    assert curve_values(train) == {"train/loss": train["loss"], "train/tokens_per_s": train["tokens_per_s"]}

@@ -26,7 +26,7 @@ def _dflash(d: dict | None) -> str:
         return ""
     keys = ("system", "config", "accept_length", "tokens_per_s", "speedup_vs_baseline", "identical_rate")
     rows = [
-        [engine, r.get("set", "all"), *report_tables.cells([r], keys)[0]]
+        [engine, r.get("set", "all"), *(r.get(k, "") for k in keys)]  # the local engine's rows name no config
         for engine in ("local", *SERVED_TITLES)
         for r in (d.get(engine) or {}).get("rows", [])
         if r.get("engine", engine) == engine  # a served run also holds the local engine's baseline

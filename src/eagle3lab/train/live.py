@@ -22,12 +22,13 @@ VAL_KEYS = ("loss", "accept_length")
 
 
 def curve_values(row: dict) -> dict[str, float]:
-    """The metrics.jsonl row's values that get curves, by name (val rows also per TTT position: acc0, acc1, ...)."""
+    """The metrics.jsonl row's values that get curves, by name (EAGLE-3's val rows also per TTT position: acc0, acc1,
+    ...). A drafter logs the keys it has: DFlash's held-out row is its accept length alone."""
     split = row["split"]
     keys = TRAIN_KEYS if split == "train" else VAL_KEYS
-    values = {f"{split}/{k}": row[k] for k in keys}
+    values = {f"{split}/{k}": row[k] for k in keys if k in row}
     if split == "val":
-        values |= {f"val/acc{i}": a for i, a in enumerate(row["acc_pos"])}
+        values |= {f"val/acc{i}": a for i, a in enumerate(row.get("acc_pos", []))}
     return values
 
 
