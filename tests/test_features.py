@@ -200,10 +200,10 @@ def test_cache_built_on_cuda_matches_the_cpu_one(tmp_path, tiny):
 
 
 def test_batched_feature_groups_respect_the_budget_and_keep_order(tmp_path, tiny):
-    from eagle3lab.train.features import _groups, record_features
+    from eagle3lab.train.features import length_groups, record_features
 
     recs, _ = tokenize_file(write_conversations(tmp_path / "train.jsonl", 9), tiny.tokenizer, 128)
-    groups = _groups(recs, 300)
+    groups = length_groups(recs, 300)
     assert sorted(r.index for g in groups for r in g) == sorted(r.index for r in recs)
     assert all(len(g) == 1 or len(g) * max(len(r) for r in g) <= 300 for g in groups) and len(groups) < len(recs)
     indices = aux_hidden_indices(tiny.num_layers)

@@ -115,6 +115,53 @@ def test_loss_masks_non_assistant_and_out_of_vocab_positions():
     assert (full["count"] - ttt_loss(draft, outside, head, 3, autocast=False)["count"]).tolist() == [1, 1, 1]
 
 
+def test_acceptance_loss_adds_its_weight_times_the_total_variation_and_reports_the_cross_entropy():
+    draft = make_draft()
+    head = torch.randn(draft.config.draft_vocab_size, draft.config.hidden_size)
+    batch = synthetic_batch(draft)
+    plain = ttt_loss(draft, batch, head, 3, autocast=False)
+    mixed = ttt_loss(draft, batch, head, 3, autocast=False, acceptance_weight=0.5)
+    torch.testing.assert_close(mixed["loss_sum"], plain["loss_sum"])  # the held-out figures stay comparable
+    # by hand at step 0: draft position j against the target's distribution at j + 1, scored for j < t - 2
+    with torch.no_grad():
+        hidden = draft.project(batch["aux"])
+        inputs = torch.nn.functional.pad(batch["input_ids"][:, 1:], (0, 1))
+        positions = torch.arange(batch["input_ids"].shape[1]).expand_as(inputs)
+        q = torch.softmax(draft.ttt_forward(inputs, hidden, positions, 1)[0].float(), -1)[:, :-2]
+        p = torch.softmax(batch["final"] @ head.T, -1)[:, 1:-1]
+    rejected = (1 - torch.minimum(p, q).sum(-1)).mean()
+    assert 0 < rejected < 1
+    one = ttt_loss(draft, batch, head, 1, autocast=False, acceptance_weight=0.5)
+    torch.testing.assert_close(one["loss"], ttt_loss(draft, batch, head, 1, autocast=False)["loss"] + 0.5 * rejected)
+    assert mixed["loss"] > plain["loss"]
+
+
+def test_the_drafts_layer_can_start_from_a_target_layer(setup):
+    from eagle3lab.models.target import load_target
+
+    layer = load_target(setup["target"]).model.model.layers[-1]
+    one_step = dict(max_steps=1, eval_every=10, lr=1e-12)  # the exported layer is the initial one
+    fresh = load_draft(train_draft(config(setup, "fresh-layer", **one_step))["draft"]).midlayer
+    copied = load_draft(train_draft(config(setup, "target-layer", init_layer_from_target=-1, **one_step))["draft"])
+    mid, hidden = copied.midlayer, layer.self_attn.q_proj.weight.shape[1]
+    for name in ("q_proj", "k_proj", "v_proj"):
+        own = getattr(mid.self_attn, name).weight
+        torch.testing.assert_close(own[:, hidden:], as_exported(getattr(layer.self_attn, name).weight), rtol=0, atol=1e-6)
+        torch.testing.assert_close(own[:, :hidden], getattr(fresh.self_attn, name).weight[:, :hidden])  # same seed
+    torch.testing.assert_close(mid.mlp.down_proj.weight, as_exported(layer.mlp.down_proj.weight), rtol=0, atol=1e-6)
+    torch.testing.assert_close(mid.hidden_norm.weight, as_exported(layer.input_layernorm.weight), rtol=0, atol=1e-6)
+    assert not torch.allclose(fresh.mlp.down_proj.weight, mid.mlp.down_proj.weight)
+
+
+def test_settings_added_later_keep_older_checkpoints_resumable(setup):
+    from eagle3lab.train.loop import ADDED_LATER, run_identity
+
+    plain = run_identity(config(setup, "identity"))
+    assert not set(ADDED_LATER) & set(plain)  # a checkpoint written before these settings existed still matches
+    assert run_identity(config(setup, "identity", acceptance_loss_weight=1.0))["acceptance_loss_weight"] == 1.0
+    assert run_identity(config(setup, "identity", init_layer_from_target=-1))["init_layer_from_target"] == -1
+
+
 def test_loss_gradient_reaches_every_trainable_weight():
     draft = make_draft().train()
     head = torch.randn(draft.config.draft_vocab_size, draft.config.hidden_size)

@@ -38,6 +38,8 @@ LEVERS = (
     {"lr": 0.005},
     {"min_lr_ratio": 1.0},  # constant after warm-up instead of the cosine decay
     {"init_head_from_target": True},
+    {"init_layer_from_target": -1},
+    {"acceptance_loss_weight": 1.0},
     {"min_answer_tokens": 200000},
 )
 SETTINGS = (  # train_draft's keys that are shared TrainConfig settings (the rest place a draft in the experiment)

@@ -109,6 +109,18 @@ class DraftDecoderLayer(nn.Module):
         self.hidden_norm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
+    @torch.no_grad()
+    def copy_target_layer(self, layer: nn.Module) -> None:
+        """Start from a target decoder layer of the same shape: q/k/v's hidden half, o_proj, the MLP and the norms
+        (hidden_norm takes the layer's input norm); the embedding half of q/k/v keeps its initialisation."""
+        hidden = self.hidden_norm.weight.shape[0]
+        for name in ("q_proj", "k_proj", "v_proj"):
+            getattr(self.self_attn, name).weight[:, hidden:].copy_(getattr(layer.self_attn, name).weight)
+        self.self_attn.o_proj.weight.copy_(layer.self_attn.o_proj.weight)
+        self.mlp.load_state_dict(layer.mlp.state_dict())
+        self.hidden_norm.weight.copy_(layer.input_layernorm.weight)
+        self.post_attention_layernorm.weight.copy_(layer.post_attention_layernorm.weight)
+
     def forward(self, embeds, hidden, cos, sin, attend):
         """`attend(q, k, v) -> [B, heads, T, D]` decides which keys each query sees (cache or TTT)."""
         x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)

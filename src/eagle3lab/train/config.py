@@ -73,6 +73,17 @@ class TrainConfig:
     init_head_from_target: bool = option(
         False, "start lm_head and the final norm from the target's (default: fresh, near-uniform logits)"
     )
+    # Copies target decoder layer N (negative: from the end) into the draft's layer: the attention's hidden half of
+    # q/k/v, o_proj, the MLP and the norms; the embedding half keeps its fresh initialisation.
+    init_layer_from_target: int | None = option(
+        None, "start the draft's decoder layer from this target layer (e.g. -1: the last; default: fresh)"
+    )
+    # Greedy verification accepts a drafted token when it is the target's argmax; 1 - sum(min(p, q)) (the total
+    # variation between the target's and the draft's distributions) is one minus the acceptance rate of speculative
+    # sampling, a smooth stand-in that forward KL alone does not optimise (REFERENCE.md: +3-8% elsewhere).
+    acceptance_loss_weight: float = option(
+        0.0, "weight of the acceptance loss, 1 - sum(min(p_target, p_draft)), added to each TTT step's forward KL"
+    )
     shard_records: int = option(64, "records per feature-cache shard")
     threads: int | None = option(None, "torch CPU threads (default: torch's choice; under DDP, cores / local ranks)")
     progress: bool = option(True, "show progress bars")
@@ -91,6 +102,8 @@ class TrainConfig:
         for name in ("ttt_length", "epochs", "batch_tokens", "max_len", "draft_vocab_size"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.acceptance_loss_weight < 0:
+            raise InputError(f"acceptance_loss_weight must be >= 0, got {self.acceptance_loss_weight}")
         for name in (
             "checkpoint_every",
             "eval_every",

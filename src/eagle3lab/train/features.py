@@ -134,7 +134,7 @@ def tokenize_file(path, tokenizer, max_len: int, limit: int | None = None) -> tu
 GPU_BATCH_TOKENS = 16384  # padded tokens per target forward when building the cache on a GPU
 
 
-def _groups(rows: list[Tokenized], batch_tokens: int) -> list[list[Tokenized]]:
+def length_groups(rows: list[Tokenized], batch_tokens: int) -> list[list[Tokenized]]:
     """Records of similar length packed so rows x longest <= batch_tokens (at least one record a group)."""
     groups = []
     for r in sorted(rows, key=len):  # ascending: the record joining a group is its longest
@@ -151,7 +151,7 @@ def record_features(model, rows: list[Tokenized], indices: list[int], on_record=
     device = next(model.parameters()).device
     if batch_tokens is None:
         batch_tokens = 0 if device.type == "cpu" else GPU_BATCH_TOKENS
-    groups = _groups(rows, batch_tokens) if batch_tokens else [[r] for r in rows]
+    groups = length_groups(rows, batch_tokens) if batch_tokens else [[r] for r in rows]
     found = {}
     for group in groups:
         t = max(len(r) for r in group)

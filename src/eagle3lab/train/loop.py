@@ -41,6 +41,8 @@ METRICS = "metrics.jsonl"
 # the held-out data and eval_every pick the exported draft, so they stay (the data files by content).
 RESUMABLE = {"output", "resume", "progress", "threads", "checkpoint_every", "features_cache", "online", "device"}
 RESUMABLE |= {"live_dir"}
+# Settings added after runs were checkpointed without them: in a run's identity only when set, so those runs resume.
+ADDED_LATER = {"init_layer_from_target": None, "acceptance_loss_weight": 0.0}
 
 
 class TrainingError(RuntimeError):
@@ -58,6 +60,8 @@ def build_draft(cfg: TrainConfig, inputs: Inputs, device: torch.device) -> tuple
         if cfg.init_head_from_target:
             draft.lm_head.weight.copy_(model.get_output_embeddings().weight[ids.to(device)])
             draft.norm.weight.copy_(model.model.norm.weight)
+        if cfg.init_layer_from_target is not None:
+            draft.midlayer.copy_target_layer(model.model.layers[cfg.init_layer_from_target])
     return draft.to(device), model.get_output_embeddings().weight[ids.to(device)].detach()
 
 
@@ -100,6 +104,7 @@ def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
 def run_identity(cfg: TrainConfig) -> dict:
     """Settings that must not change between a run and its resumption."""
     ident = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in RESUMABLE}
+    ident = {k: v for k, v in ident.items() if k not in ADDED_LATER or v != ADDED_LATER[k]}
     ident["data"] = sha256_file(cfg.data)
     ident["val"] = sha256_file(cfg.val) if cfg.val else None
     return ident
@@ -234,7 +239,7 @@ class Trainer:
         epoch, batch_no, rows = self.plan[self.step]
         t0 = clock(self.device)
         batch = with_features(self.inputs.train.batch(rows), self.inputs, cfg.online)
-        out = self.model(batch, self.head, cfg.ttt_length, cfg.bf16)
+        out = self.model(batch, self.head, cfg.ttt_length, cfg.bf16, cfg.acceptance_loss_weight)
         loss = out["loss"]
         if env.sum(torch.isfinite(loss).logical_not().float().reshape(1)).item():
             last = self.out / CHECKPOINT

@@ -1,5 +1,6 @@
 """The training-time-test (TTT) objective: soft cross-entropy of each unrolled draft step against the target's
-distribution over the draft vocabulary, weighted by step, on assistant tokens the draft vocabulary can express."""
+distribution over the draft vocabulary, weighted by step, on assistant tokens the draft vocabulary can express; with
+an acceptance weight, plus that weight times the total variation between the two distributions."""
 
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ from eagle3lab.models.draft import Eagle3Draft
 STEP_DECAY = 0.8  # TTT step i is weighted 0.8^i (SpecForge)
 
 
-def ttt_loss(draft: Eagle3Draft, batch: dict, head: torch.Tensor, ttt_length: int, autocast: bool) -> dict:
+def ttt_loss(
+    draft: Eagle3Draft, batch: dict, head: torch.Tensor, ttt_length: int, autocast: bool, acceptance_weight: float = 0.0
+) -> dict:
     """Weighted TTT loss of one batch, with per-step loss sums, correct counts and scored positions.
 
     Draft position t reads token t+1 and the target state at t; at step i it predicts token t+2+i, whose target
     distribution is the target's at position t+1+i restricted to the draft vocab: softmax(final @ head.T).
     A position counts only if that token is an assistant token and the target's argmax is in the draft vocab.
-    `autocast` runs the draft's matmuls in bf16 on the batch's device type (CPU or CUDA)."""
+    `autocast` runs the draft's matmuls in bf16 on the batch's device type (CPU or CUDA). The per-step sums report
+    the cross-entropy alone, so held-out losses compare across acceptance weights."""
     ids, loss_mask = batch["input_ids"], batch["loss_mask"]
     b, t = ids.shape
     with torch.no_grad():
@@ -38,9 +42,14 @@ def ttt_loss(draft: Eagle3Draft, batch: dict, head: torch.Tensor, ttt_length: in
         p = F.pad(target_p[:, shift:], (0, 0, 0, shift))
         m = F.pad(valid[:, shift:], (0, shift))
         n = m.sum()
-        ce = -(p * torch.log_softmax(step_logits.float(), dim=-1)).sum(-1)
+        log_q = torch.log_softmax(step_logits.float(), dim=-1)
+        ce = -(p * log_q).sum(-1)
         loss_sum = (ce * m).sum()
-        total = total + STEP_DECAY**i * loss_sum / n.clamp(min=1)
+        objective = loss_sum
+        if acceptance_weight:
+            rejected = 1 - torch.minimum(p, log_q.exp()).sum(-1)  # 1 - the acceptance rate of sampling from q
+            objective = objective + acceptance_weight * (rejected * m).sum()
+        total = total + STEP_DECAY**i * objective / n.clamp(min=1)
         losses.append(loss_sum.detach())
         correct.append(((step_logits.argmax(-1) == F.pad(target_top[:, shift:], (0, shift))) & m).sum())
         counts.append(n)
@@ -59,8 +68,8 @@ class TTTObjective(torch.nn.Module):
         super().__init__()
         self.draft = draft
 
-    def forward(self, batch, head, ttt_length, autocast):
-        return ttt_loss(self.draft, batch, head, ttt_length, autocast)
+    def forward(self, batch, head, ttt_length, autocast, acceptance_weight=0.0):
+        return ttt_loss(self.draft, batch, head, ttt_length, autocast, acceptance_weight)
 
 
 def summarize(sums: torch.Tensor, correct: torch.Tensor, counts: torch.Tensor) -> dict:
