@@ -290,11 +290,11 @@ def test_the_right_llamacpp_line_passes_with_and_without_the_folder(ggufs, saved
     assert report.exit_code == 0 and "infers draft-dflash" in checks(report, "algorithm", OK)[0].evidence[-1]
 
 
-def test_draft_eagle3_drafts_nothing_and_is_fixed_to_draft_dflash(ggufs):
+def test_draft_eagle3_is_fixed_to_draft_dflash(ggufs):
     error = the_error(
         diagnose(launch=llama_line(ggufs["target"], ggufs["draft"], spec_type="draft-eagle3")), "algorithm"
     )
-    assert error.title.startswith("--spec-type draft-eagle3:") and "drafts nothing" in error.evidence[-1]
+    assert error.title.startswith("--spec-type draft-eagle3:") and "first request aborts" in error.evidence[-1]
     assert error.fix.splitlines()[0] == "--spec-type draft-dflash"
     assert diagnose(launch=error.fix.splitlines()[1]).exit_code == 0
 

@@ -242,7 +242,7 @@ def _method(launch: Launch, source: Path) -> list[Finding]:
         return [Finding("algorithm", OK, "no --spec-type: llama.cpp runs the GGUF as DFlash", [*ev, why])]
     why = [f"only the {right.lower()} method drafts a block of mask tokens in one pass from the target's states"]
     if launch.algorithm == "EAGLE3" and source.suffix == ".gguf":
-        why.append("draft-eagle3 loads a DFlash GGUF and drafts nothing, without a complaint")
+        why.append("draft-eagle3 starts with a DFlash GGUF; the first request aborts the server (measured)")
     title = f"{launch.describe('algorithm')}: the DFlash draft is not run as DFlash"
     return [Finding("algorithm", ERROR, title, ev + why, fix=fix_flags(launch, algorithm=right))]
 
