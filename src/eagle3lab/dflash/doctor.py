@@ -34,8 +34,8 @@ VLLM_NO_AUX = (
     "request fails an assertion in the proposer (HTTP 500, engine dead)"
 )
 DFLASH_WEAK = [
-    "a DFlash draft gains mostly from its first slot: the committed drafts/smollm2-dflash-2200 accepts 1.07 on these "
-    "probes in vLLM and 1.17 offline",
+    "a DFlash draft gains mostly from its first slot: the committed drafts/smollm2-dflash-2200 accepts 1.07 (vLLM) "
+    "and 1.10 (llama.cpp) on these probes, 1.17 offline",
     "traps that leave the first slot alone serve as much as the intact draft (target layers off by one, a causal "
     "block, a draft length other than block_size - 1): this accept length cannot tell them apart; the checks before "
     "launch do",
