@@ -237,7 +237,7 @@ VLLM_KEYS = {
         "vLLM captures hidden_states [0, 1, 2], not the trained [2, 3, 5]",
     ),
     "eagle_config": (
-        lambda c: c.update(eagle_config={}),
+        lambda c: c.update(eagle_config={"use_aux_hidden_state": True}),  # vLLM ignores an empty one
         "vLLM captures hidden_states of its EAGLE-3 defaults, not the trained [2, 3, 5]",
     ),
 }

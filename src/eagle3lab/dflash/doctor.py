@@ -210,11 +210,10 @@ def _vllm_reads(folder: DraftInfo) -> list[Finding]:
                 fix=f"remove use_aux_hidden_state from {path}",
             )
         )
-    captured = cfg.get("eagle_aux_hidden_state_layer_ids") or (
-        (eagle or {}).get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
-    )
+    eagle = eagle if isinstance(eagle, dict) else {}  # vLLM reads a non-empty one only
+    captured = cfg.get("eagle_aux_hidden_state_layer_ids") or eagle.get("eagle_aux_hidden_state_layer_ids")
     trained = [i + 1 for i in nested.get("target_layer_ids") or []]
-    if (captured or isinstance(eagle, dict)) and captured != trained:
+    if (captured or eagle) and captured != trained:
         findings.append(
             Finding(
                 "dflash_config",
@@ -223,8 +222,8 @@ def _vllm_reads(folder: DraftInfo) -> list[Finding]:
                 [
                     f"{path}: eagle_aux_hidden_state_layer_ids {captured} (top level or eagle_config), "
                     f"dflash_config.target_layer_ids {nested.get('target_layer_ids')}",
-                    "vLLM reads the EAGLE-3 keys first: a top-level list, else eagle_config's (its defaults when "
-                    "eagle_config has none); dflash_config's ids only without either",
+                    "vLLM reads the EAGLE-3 keys first: a top-level list, else a non-empty eagle_config's (its "
+                    "defaults when it has none; read from vLLM 0.32's source); dflash_config's ids only without either",
                 ],
                 fix=f"remove eagle_aux_hidden_state_layer_ids and eagle_config from {path}",
             )
