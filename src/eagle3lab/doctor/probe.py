@@ -61,10 +61,7 @@ def judge_accept_length(
         else:
             causes, fix = [EAGLE3_CAUSES], None
             if launch is not None and launch.algorithm in EAGLE_ALGORITHMS:
-                fix = (
-                    fix_flags(launch, algorithm="EAGLE3")
-                    + "\n(if the draft is EAGLE-3; run the doctor with --draft to confirm)"
-                )
+                fix = fix_flags(launch, algorithm="EAGLE3") + "\n" + EAGLE3_CONFIRM
         return Finding(
             "accept_length",
             ERROR,
