@@ -180,7 +180,13 @@ def _no_block_size(cfg):
 
 
 TRAPS = {
-    "no block_size": (_no_block_size, "missing field 'block_size' (llama.cpp would draft blocks of 16)", "block_size"),
+    "no block_size": (_no_block_size, "missing field 'block_size' (llama.cpp then takes 16", '"block_size": BLOCK'),
+    # the package reads the top-level one, llama.cpp's converter dflash_config's
+    "block sizes differ": (
+        lambda c: c.update(block_size=8),
+        "block_size 8 at the top level, 4 in dflash_config",
+        "top level and in dflash_config",
+    ),
     "causal": (lambda c: c.update(is_causal=True), "is_causal is true", '"is_causal": false'),
     "no mask token": (_pop("dflash_config", "mask_token_id"), "dflash_config.mask_token_id", '"mask_token_id": ID'),
 }
@@ -195,11 +201,57 @@ def test_each_config_trap_is_an_error_quoting_the_refusal(saved, target, tmp_pat
     assert fix in error.fix and str(draft / "config.json") in error.fix
 
 
-def test_block_size_only_inside_dflash_config_warns_for_llamacpps_converter(saved, target, tmp_path):
-    draft = draft_copy(saved, tmp_path / "draft", _pop("block_size"))
-    report = diagnose(launch=vllm_line(target, draft))
-    assert report.exit_code == 0 and "block_size only inside dflash_config" in report.warnings[0].title
-    assert report.warnings[0].fix == f'"block_size": 4 at the top level of {draft / "config.json"}'
+def test_block_size_in_either_place_is_enough(saved, target, tmp_path):
+    """llama.cpp's converter reads dflash_config's block_size before the top-level one (measured: a GGUF with block 4
+    from either), vLLM neither: one place is enough."""
+    for where in ("top", "nested"):
+        edit = _pop("dflash_config", "block_size") if where == "top" else _pop("block_size")
+        report = diagnose(launch=vllm_line(target, draft_copy(saved, tmp_path / where, edit)))
+        assert report.exit_code == 0 and not report.warnings, report.render()
+
+
+def test_values_that_serve_but_are_probably_not_trained_are_warnings(saved, tmp_path):
+    """The config is the only record of training: layer ids one off the defaults ([2, 15, 27] for a 30-layer
+    target's [1, 14, 26]), a mask token the target's text uses (its bos, eos, pad or unk)."""
+    deep = write_target(tmp_path / "t30", nested=False, hidden_size=HIDDEN, num_hidden_layers=30, vocab_size=VOCAB,
+                        max_position_embeddings=8192, eos_token_id=2, unk_token_id=0)  # fmt: skip
+
+    def shifted(cfg):
+        cfg["num_target_layers"] = 30
+        cfg["dflash_config"].update(target_layer_ids=[2, 15, 27], mask_token_id=0)
+
+    report = diagnose(launch=vllm_line(deep, draft_copy(saved, tmp_path / "draft", shifted)))
+    assert report.exit_code == 0, report.render()
+    ids, mask = report.warnings
+    assert ids.title == "target_layer_ids [2, 15, 27] are the default layers [1, 14, 26] shifted by one"
+    assert mask.title == "mask_token_id 0 is the target's unk_token_id" and "1.01 measured" in mask.evidence[1]
+
+
+VLLM_KEYS = {
+    "use_aux_hidden_state": (
+        lambda c: c["dflash_config"].update(use_aux_hidden_state=False),
+        "use_aux_hidden_state false: vLLM skips fc, and the first request kills the engine",
+    ),
+    "top-level aux ids": (
+        lambda c: c.update(eagle_aux_hidden_state_layer_ids=[0, 1, 2]),
+        "vLLM captures hidden_states [0, 1, 2], not the trained [2, 3, 5]",
+    ),
+    "eagle_config": (
+        lambda c: c.update(eagle_config={"use_aux_hidden_state": True}),  # vLLM ignores an empty one
+        "vLLM captures hidden_states of its EAGLE-3 defaults, not the trained [2, 3, 5]",
+    ),
+}
+
+
+@pytest.mark.parametrize("key", VLLM_KEYS)
+def test_eagle3_keys_vllm_reads_from_a_dflash_config_are_errors(saved, target, ggufs, tmp_path, key):
+    """vLLM reads these before (or beside) the DFlash fields; the trainers never write them and from_hf ignores them."""
+    edit, title = VLLM_KEYS[key]
+    draft = draft_copy(saved, tmp_path / "draft", edit)
+    error = the_error(diagnose(launch=vllm_line(target, draft)), "dflash_config")
+    assert error.title == title and error.fix.startswith("remove ")
+    served = diagnose(launch=llama_line(ggufs["target"], ggufs["draft"]), draft=draft)
+    assert not served.errors, served.render()  # llama.cpp's converter reads none of them
 
 
 def test_a_draft_for_another_width_or_depth_is_an_error(saved, target, tmp_path):
@@ -238,11 +290,11 @@ def test_the_right_llamacpp_line_passes_with_and_without_the_folder(ggufs, saved
     assert report.exit_code == 0 and "infers draft-dflash" in checks(report, "algorithm", OK)[0].evidence[-1]
 
 
-def test_draft_eagle3_drafts_nothing_and_is_fixed_to_draft_dflash(ggufs):
+def test_draft_eagle3_is_fixed_to_draft_dflash(ggufs):
     error = the_error(
         diagnose(launch=llama_line(ggufs["target"], ggufs["draft"], spec_type="draft-eagle3")), "algorithm"
     )
-    assert error.title.startswith("--spec-type draft-eagle3:") and "drafts nothing" in error.evidence[-1]
+    assert error.title.startswith("--spec-type draft-eagle3:") and "first request aborts" in error.evidence[-1]
     assert error.fix.splitlines()[0] == "--spec-type draft-dflash"
     assert diagnose(launch=error.fix.splitlines()[1]).exit_code == 0
 

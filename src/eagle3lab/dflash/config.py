@@ -1,11 +1,11 @@
 """A DFlash draft's configuration: the z-lab `DFlashDraftModel` config.json that vLLM (`qwen3_dflash.py`) and
 llama.cpp's converter (`conversion/qwen.py`, class DFlashModel) read, built from a target's config or read back.
 
-The traps are in the fields (docs/dflash.md): `block_size` sits at the top level, where llama.cpp reads it (a draft
-without it serves blocks of 16); `dflash_config.target_layer_ids` counts the z-lab way (id i is the output of target
-layer i, HF hidden_states[i + 1]; vLLM and llama.cpp add the 1 themselves); `dflash_config.mask_token_id` must be the
-token the draft was trained with (llama.cpp silently drafts nothing when it is missing); and every layer is
-full, non-causal attention (`is_causal` false)."""
+The traps are in the fields (docs/dflash.md): `block_size` (llama.cpp's converter reads dflash_config's, else the top
+level's, else 16; vLLM reads neither: its block is num_speculative_tokens + 1); `dflash_config.target_layer_ids`
+counts the z-lab way (id i is the output of target layer i, HF hidden_states[i + 1]; vLLM and llama.cpp add the 1
+themselves); `dflash_config.mask_token_id` must be the token the draft was trained with (llama.cpp silently drafts
+nothing when it is missing); and every layer is full, non-causal attention (`is_causal` false)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class DFlashConfig:
                 "num_hidden_layers": self.num_hidden_layers,
                 "num_target_layers": self.num_target_layers,
                 "vocab_size": self.vocab_size,
-                "block_size": self.block_size,  # top level: llama.cpp reads it only here
+                "block_size": self.block_size,  # both places: the converter reads either
                 "dflash_config": {
                     "block_size": self.block_size,
                     "mask_token_id": self.mask_token_id,
@@ -124,7 +124,14 @@ class DFlashConfig:
         dflash = cfg.get("dflash_config") or {}
         block = cfg.get("block_size", dflash.get("block_size"))
         if block is None:
-            raise DraftFormatError(f"{where}: missing field 'block_size' (llama.cpp would draft blocks of 16)")
+            raise DraftFormatError(
+                f"{where}: missing field 'block_size' (llama.cpp then takes 16, vLLM never reads it)"
+            )
+        if dflash.get("block_size", block) != block:
+            raise DraftFormatError(
+                f"{where}: block_size {block} at the top level, {dflash['block_size']} in dflash_config "
+                "(llama.cpp's converter takes dflash_config's)"
+            )
         if cfg.get("is_causal") or dflash.get("causal"):
             raise DraftFormatError(f"{where}: is_causal is true: a DFlash block attends both ways")
         theta, _ = _rope_from_hf(_Attributes(cfg))

@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from eagle3lab.dflash.config import ARCHITECTURE, DFlashConfig
-from eagle3lab.dflash.export import GGUF_KEYS, gguf_config, trained_mismatches
+from eagle3lab.dflash.config import ARCHITECTURE, DFlashConfig, default_target_layers
+from eagle3lab.dflash.export import ARCH, GGUF_KEYS, gguf_config, trained_mismatches
 from eagle3lab.doctor.artifacts import DraftInfo, TargetInfo
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
 from eagle3lab.doctor.launch import Launch, fix_flags
+from eagle3lab.engines.llamacpp.gguf_file import read_header
+from eagle3lab.io import InputError
 from eagle3lab.models.checkpoint import DraftFormatError
 
 # the method that runs a DFlash draft, as each engine's launch reader names it (Launch.algorithm)
@@ -21,6 +23,23 @@ EXPORT_FIX = "export the folder again: python -m eagle3lab.dflash export DRAFT_F
 RETRAIN_FIX = (
     "serve the draft with the target it was trained for, or train one for this one (python -m eagle3lab.dflash train)"
 )
+# what the runtime judgment (doctor.probe.judge_accept_length) says of a DFlash draft, from the traps measured on
+# real servers (docs/doctor.md, DFlash drafts)
+DFLASH_CAUSES = (
+    "usual causes for a DFlash draft: a mask_token_id other than the one it was trained with, a method other than "
+    'DFlash (vLLM without "method" runs it as a plain draft model), or a draft for another target'
+)
+VLLM_NO_AUX = (
+    "vLLM hands the draft the target's final state instead of the fused layers: /health answers, and the first "
+    "request fails an assertion in the proposer (HTTP 500, engine dead)"
+)
+DFLASH_WEAK = [
+    "a DFlash draft gains mostly from its first slot: the committed drafts/smollm2-dflash-2200 accepts 1.07 (vLLM) "
+    "and 1.10 (llama.cpp) on these probes, 1.17 offline",
+    "traps that leave the first slot alone serve as much as the intact draft (target layers off by one, a causal "
+    "block, a draft length other than block_size - 1): this accept length cannot tell them apart; the checks before "
+    "launch do",
+]
 
 
 def check_dflash(
@@ -31,12 +50,33 @@ def check_dflash(
     source = Path(gguf) if gguf else draft.path / "config.json"
     config, findings = _served_config(draft, gguf, source)
     if config is not None and target is not None:
-        findings += _against_target(config, target, source)
+        findings += _against_target(config, target, source) + _unlikely(config, target, source)
+    if draft is not None and draft.kind == "dflash" and not gguf:
+        findings += _vllm_reads(draft)
     if launch is not None:
         findings += _method(launch, source)
         if config is not None:
             findings += _draft_length(launch, config)
     return findings
+
+
+def dflash_method_fix(launch: Launch | None) -> str | None:
+    """The launch line with the engine's DFlash method, when it names another (None: it is right, or unknown)."""
+    if launch is None or launch.engine not in METHODS or launch.algorithm == METHODS[launch.engine]:
+        return None
+    if launch.algorithm is None and launch.engine == "llamacpp":
+        return None  # llama.cpp infers draft-dflash from the GGUF
+    return fix_flags(launch, algorithm=METHODS[launch.engine])
+
+
+def serves_dflash(launch: Launch | None, draft: DraftInfo | None, gguf: str | None) -> bool:
+    """Whether the inputs name a DFlash draft: its folder, its GGUF, or a launch line with a DFlash method."""
+    if draft is not None and draft.kind == "dflash" or launch is not None and launch.algorithm in METHODS.values():
+        return True
+    try:
+        return bool(gguf) and read_header(Path(gguf)).fields.get("general.architecture") == ARCH
+    except (OSError, ValueError, InputError):
+        return False
 
 
 def _refused(source: Path, error: DraftFormatError, fix: str) -> Finding:
@@ -56,13 +96,11 @@ def _served_config(
         trained = DFlashConfig.from_hf(folder.config, str(folder.path / "config.json")) if folder else None
     except DraftFormatError as e:
         return None, [_refused(folder.path / "config.json", e, _folder_fix(folder))]
-    findings = [] if folder is None or gguf or "block_size" in folder.config else [_block_size_nested(folder)]
     try:
         config = gguf_config(source) if gguf else trained
     except DraftFormatError as e:
-        return None, [*findings, _refused(source, e, EXPORT_FIX)]
-    if gguf and trained:
-        findings += _against_folder(source, config, trained, folder)
+        return None, [_refused(source, e, EXPORT_FIX)]
+    findings = _against_folder(source, config, trained, folder) if gguf and trained else []
     summary = (
         f"block_size {config.block_size} ({config.drafted} drafted), mask_token_id {config.mask_token_id}, "
         f"target_layer_ids {config.target_layer_ids}, hidden {config.hidden_size}, vocab {config.vocab_size}"
@@ -85,23 +123,14 @@ def _folder_fix(folder: DraftInfo) -> str:
     nested = cfg.get("dflash_config") or {}
     if cfg.get("is_causal") or nested.get("causal"):
         return f'"is_causal": false in {path} (and no dflash_config.causal): the block attends both ways'
-    if cfg.get("block_size", nested.get("block_size")) is None:
-        return f'"block_size": BLOCK at the top level of {path}: the block size the draft was trained with'
+    blocks = {cfg.get("block_size"), nested.get("block_size")} - {None}
+    if len(blocks) != 1:  # none, or two that differ
+        return (
+            f'"block_size": BLOCK at the top level and in dflash_config of {path}: the block the draft was trained on'
+        )
     if "mask_token_id" not in nested:
         return f'"dflash_config": {{"mask_token_id": ID}} in {path}: the token the draft was trained with'
     return f"{path}: each field as the draft was trained (python -m eagle3lab.dflash train writes one that passes)"
-
-
-def _block_size_nested(folder: DraftInfo) -> Finding:
-    """from_hf takes dflash_config's block_size; llama.cpp's converter reads only the top-level one."""
-    path, block = folder.path / "config.json", folder.config["dflash_config"]["block_size"]
-    return Finding(
-        "dflash_config",
-        WARNING,
-        "block_size only inside dflash_config: llama.cpp's converter reads it only at the top level",
-        [f"{path}: no top-level block_size", "a GGUF converted from it drafts blocks of 16, without a warning"],
-        fix=f'"block_size": {block} at the top level of {path}',
-    )
 
 
 def _against_target(config: DFlashConfig, target: TargetInfo, source: Path) -> list[Finding]:
@@ -126,6 +155,82 @@ def _against_target(config: DFlashConfig, target: TargetInfo, source: Path) -> l
     return [Finding("dflash_target", ERROR, w, ev, fix=RETRAIN_FIX) for w in wrong]
 
 
+def _unlikely(config: DFlashConfig, target: TargetInfo, source: Path) -> list[Finding]:
+    """Values that load and serve, yet are probably not what the draft was trained with (warnings: the config is the
+    only record of training): layer ids one off the defaults, a mask token the target's own text uses."""
+    findings = []
+    defaults = default_target_layers(target.num_layers)
+    ids = config.target_layer_ids
+    if ids != defaults and ids in ([i + 1 for i in defaults], [i - 1 for i in defaults]):
+        findings.append(
+            Finding(
+                "dflash_config",
+                WARNING,
+                f"target_layer_ids {ids} are the default layers {defaults} shifted by one",
+                [
+                    f"{source}: target_layer_ids {ids}",
+                    "DFlash ids count layer outputs (id i = HF hidden_states[i + 1]); the engines add the 1 themselves",
+                    "a draft trained on the defaults then fuses each neighbouring layer's state, without an error",
+                ],
+                fix=f"target_layer_ids {defaults} in dflash_config, if the draft was trained on the default layers",
+            )
+        )
+    special = {k: target.config.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")}
+    names = [k for k, v in special.items() if v == config.mask_token_id]
+    if names:
+        findings.append(
+            Finding(
+                "dflash_config",
+                WARNING,
+                f"mask_token_id {config.mask_token_id} is the target's {', '.join(names)}",
+                [
+                    f"{source}: mask_token_id {config.mask_token_id}; target {target.source}: {special}",
+                    "measured with a draft trained with 16: unk (0) drafts nothing (1.01 measured in vLLM and "
+                    "llama.cpp), eos (2) serves as well as 16; the trainers pick a token the text does not use",
+                ],
+                fix="mask_token_id in dflash_config: the token the draft was trained with (the training log says)",
+            )
+        )
+    return findings
+
+
+def _vllm_reads(folder: DraftInfo) -> list[Finding]:
+    """Keys vLLM 0.32 reads from a DFlash config.json that the trainers do not write and from_hf does not read: each
+    changes what vLLM runs without an error at start."""
+    cfg, path = folder.config, folder.path / "config.json"
+    nested, eagle = cfg.get("dflash_config") or {}, cfg.get("eagle_config")
+    findings = []
+    if False in (nested.get("use_aux_hidden_state"), (eagle or {}).get("use_aux_hidden_state")):
+        findings.append(
+            Finding(
+                "dflash_config",
+                ERROR,
+                "use_aux_hidden_state false: vLLM skips fc, and the first request kills the engine",
+                [f"{path}: use_aux_hidden_state false (dflash_config or eagle_config)", VLLM_NO_AUX],
+                fix=f"remove use_aux_hidden_state from {path}",
+            )
+        )
+    eagle = eagle if isinstance(eagle, dict) else {}  # vLLM reads a non-empty one only
+    captured = cfg.get("eagle_aux_hidden_state_layer_ids") or eagle.get("eagle_aux_hidden_state_layer_ids")
+    trained = [i + 1 for i in nested.get("target_layer_ids") or []]
+    if (captured or eagle) and captured != trained:
+        findings.append(
+            Finding(
+                "dflash_config",
+                ERROR,
+                f"vLLM captures hidden_states {captured or 'of its EAGLE-3 defaults'}, not the trained {trained}",
+                [
+                    f"{path}: eagle_aux_hidden_state_layer_ids {captured} (top level or eagle_config), "
+                    f"dflash_config.target_layer_ids {nested.get('target_layer_ids')}",
+                    "vLLM reads the EAGLE-3 keys first: a top-level list, else a non-empty eagle_config's (its "
+                    "defaults when it has none; read from vLLM 0.32's source); dflash_config's ids only without either",
+                ],
+                fix=f"remove eagle_aux_hidden_state_layer_ids and eagle_config from {path}",
+            )
+        )
+    return findings
+
+
 def _method(launch: Launch, source: Path) -> list[Finding]:
     right = METHODS[launch.engine]
     ev = [f"{launch.source}: {launch.describe('algorithm')}", f"draft {source}: a DFlash draft ({ARCHITECTURE})"]
@@ -136,7 +241,7 @@ def _method(launch: Launch, source: Path) -> list[Finding]:
         return [Finding("algorithm", OK, "no --spec-type: llama.cpp runs the GGUF as DFlash", [*ev, why])]
     why = [f"only the {right.lower()} method drafts a block of mask tokens in one pass from the target's states"]
     if launch.algorithm == "EAGLE3" and source.suffix == ".gguf":
-        why.append("draft-eagle3 loads a DFlash GGUF and drafts nothing, without a complaint")
+        why.append("draft-eagle3 starts with a DFlash GGUF; the first request aborts the server (measured)")
     title = f"{launch.describe('algorithm')}: the DFlash draft is not run as DFlash"
     return [Finding("algorithm", ERROR, title, ev + why, fix=fix_flags(launch, algorithm=right))]
 

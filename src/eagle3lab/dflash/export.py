@@ -1,7 +1,7 @@
 """A DFlash draft as a GGUF for llama.cpp: the pinned tree's own converter (`--target-model-dir`, its DFlashModel
 class), then the file checked against the draft's config and the target's GGUF, field by field, for the traps that
-load without an error: layer ids off by one, a missing block size (llama.cpp then drafts blocks of 16) or mask token
-(it then drafts nothing), a causal block, a width other than the target's."""
+load without an error: layer ids off by one, a block size other than the folder's, a missing mask token (it then
+drafts nothing), a causal block, a width other than the target's."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ _OTHER_KEYS = {
 
 def gguf_config(path: Path, num_target_layers: int | None = None) -> DFlashConfig:
     """The DFlash config llama.cpp serves a GGUF as, refused for the traps a config.json is (DFlashConfig.from_hf):
-    no block size (llama.cpp then drafts blocks of 16), no mask token, a causal block, ids past the last but one layer
+    no block size (llama.cpp then takes 16), no mask token, a causal block, ids past the last but one layer
     of a `num_target_layers`-layer target (None: the GGUF does not say, so ids are not bounded here)."""
     header = read_header(path)
     fields = header.fields

@@ -21,7 +21,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3lab.dflash.doctor import check_dflash
+from eagle3lab.dflash.doctor import check_dflash, serves_dflash
 from eagle3lab.doctor.algorithm import check_algorithm, check_aux_layers
 from eagle3lab.doctor.artifacts import (
     DoctorInputError,
@@ -168,7 +168,8 @@ def diagnose(
     server_launch = None
     if server:
         expect = bool(draft_info) or bool(parsed and parsed.speculative) or bool(gguf and gguf.draft)
-        settings = ProbeSettings(expect, probes, probe_tokens, low_accept)
+        dflash = serves_dflash(parsed, draft_info, gguf and gguf.draft)
+        settings = ProbeSettings(expect, probes, probe_tokens, low_accept, dflash)
         more, server_launch = check_server(server, parsed, settings, timeout=timeout, transport=transport)
         findings += more
         # without a launch line, the server's own args name the draft and target; use them when they are local

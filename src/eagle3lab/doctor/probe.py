@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from eagle3lab.dflash.doctor import DFLASH_CAUSES, DFLASH_WEAK, dflash_method_fix
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
 from eagle3lab.doctor.launch import EAGLE_ALGORITHMS, Launch, fix_flags
 from eagle3lab.engines.base import SpecCounters
@@ -29,6 +30,7 @@ class ProbeSettings:
     probes: int
     probe_tokens: int
     low: float = ACCEPT_LOW
+    dflash: bool = False  # the inputs name a DFlash draft: its own causes and fixes (eagle3lab.dflash.doctor)
 
 
 PROBE_PROMPTS = [
@@ -36,40 +38,46 @@ PROBE_PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number.",
     "List three tips for writing clear technical documentation.",
 ]
+EAGLE3_CAUSES = (
+    "usual causes: an EAGLE-3 draft served with EAGLE/NEXTN (fc bypassed), capture layers or a vocab map "
+    "(d2t) other than the draft was trained with, or a draft for another target"
+)
+EAGLE3_WEAK = [
+    "a data/quality issue, not a flag bug",
+    "more on-policy training data (target-regenerated responses) raises it",
+]
+EAGLE3_CONFIRM = "(if the draft is EAGLE-3; run the doctor with --draft to confirm)"
+CHECK_FIX = "run `eagle3lab doctor --launch '<the server command>' --draft DRAFT --target TARGET`"
 
 
 def judge_accept_length(
-    value: float, what: str, evidence: list[str], launch: Launch | None, low: float = ACCEPT_LOW
+    value: float, what: str, evidence: list[str], launch: Launch | None, settings: ProbeSettings
 ) -> Finding:
+    """One rule for every engine and drafter: at or below ACCEPT_NOTHING the draft contributes nothing (an error),
+    below settings.low it is weak (a warning). What the finding names as causes and fix is the drafter's own."""
     if value <= ACCEPT_NOTHING:
-        fix = None
-        if launch is not None and launch.algorithm in EAGLE_ALGORITHMS:
-            fix = (
-                fix_flags(launch, algorithm="EAGLE3")
-                + "\n(if the draft is EAGLE-3; run the doctor with --draft to confirm)"
-            )
+        if settings.dflash:
+            causes, fix = [DFLASH_CAUSES], dflash_method_fix(launch)
+        else:
+            causes, fix = [EAGLE3_CAUSES], None
+            if launch is not None and launch.algorithm in EAGLE_ALGORITHMS:
+                fix = fix_flags(launch, algorithm="EAGLE3") + "\n" + EAGLE3_CONFIRM
         return Finding(
             "accept_length",
             ERROR,
             f"{what} {value:.2f}: the draft contributes nothing",
             evidence
-            + [
-                "every verify step keeps only the target's own token: no draft token is ever accepted",
-                "usual causes: an EAGLE-3 draft served with EAGLE/NEXTN (fc bypassed), capture layers or a vocab map "
-                "(d2t) other than the draft was trained with, or a draft for another target",
-            ],
-            fix=fix or "run `eagle3lab doctor --launch '<the server command>' --draft DRAFT --target TARGET`",
+            + ["every verify step keeps only the target's own token: no draft token is ever accepted", *causes],
+            fix=fix or CHECK_FIX,
         )
-    if value < low:
+    if value < settings.low:
+        weak = DFLASH_WEAK if settings.dflash else EAGLE3_WEAK
         return Finding(
             "accept_length",
             WARNING,
             f"{what} {value:.2f}: the draft works but is weak",
-            evidence
-            + [
-                f"below {low}: speculation likely costs more than it saves; a data/quality issue, not a flag bug",
-                "more on-policy training data (target-regenerated responses) raises it",
-            ],
+            [*evidence, f"below {settings.low}: speculation likely costs more than it saves", *weak],
+            fix=CHECK_FIX if settings.dflash else None,
         )
     return Finding("accept_length", OK, f"{what} {value:.2f}: the draft is used", evidence)
 
@@ -122,7 +130,7 @@ def probe_requests(
     client: ServerClient, info, launch, expect_speculation: bool, settings: ProbeSettings
 ) -> list[Finding]:
     """Greedy probes through /generate (or chat), judged by the responses' spec_verify_ct."""
-    probe_tokens, low = settings.probe_tokens, settings.low
+    probe_tokens = settings.probe_tokens
     done, endpoint, errors = send_probes(client, info, settings.probes, probe_tokens)
     if not done:
         return [probes_failed(client, errors)]
@@ -165,4 +173,4 @@ def probe_requests(
                 fix="rerun with a larger --probe-tokens",
             )
         ]
-    return [judge_accept_length(accept, "probe accept length", ev, launch, low)]
+    return [judge_accept_length(accept, "probe accept length", ev, launch, settings)]

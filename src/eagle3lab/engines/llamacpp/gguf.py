@@ -65,6 +65,11 @@ def gguf_facts(path: str | os.PathLike) -> dict:
             "head_dim": fields.get(f"{arch}.attention.key_length"),
             "rms_norm_eps": fields.get(f"{arch}.attention.layer_norm_rms_epsilon"),
             "rope_theta": fields.get(f"{arch}.rope.freq_base"),
+            # the special tokens (a DFlash mask token that is one of them is suspect)
+            "bos_token_id": fields.get("tokenizer.ggml.bos_token_id"),
+            "eos_token_id": fields.get("tokenizer.ggml.eos_token_id"),
+            "pad_token_id": fields.get("tokenizer.ggml.padding_token_id"),
+            "unk_token_id": fields.get("tokenizer.ggml.unknown_token_id"),
         },
     }
 

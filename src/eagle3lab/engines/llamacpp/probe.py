@@ -98,12 +98,11 @@ def _check_props(client, props, launch, settings) -> list[Finding]:
     if not done:
         return findings + [probes_failed(client, errors)]
     rounds = ENGINE.counters(client) - before if metrics else None
-    return findings + [
-        _judge(done, errors, rounds, speculative, launch, expect_speculation, probe_tokens, settings.low)
-    ]
+    return findings + [_judge(done, errors, rounds, speculative, launch, settings)]
 
 
-def _judge(done, errors, rounds, speculative, launch, expect_speculation, probe_tokens, low) -> Finding:
+def _judge(done, errors, rounds, speculative, launch, settings) -> Finding:
+    expect_speculation, probe_tokens = settings.expect_speculation, settings.probe_tokens
     timings = [c.meta or {} for c in done]
     tokens = sum(c.completion_tokens or 0 for c in done)
     drafted = sum(t.get("draft_n", 0) for t in timings)
@@ -128,4 +127,4 @@ def _judge(done, errors, rounds, speculative, launch, expect_speculation, probe_
             "--spec-draft-p-min, or that is shorter than --spec-draft-n-min"
         )
     ev.append("accept length here: tokens per target step, the rounds that did not draft included")
-    return judge_accept_length(tokens / (tokens - accepted), "probe accept length", ev, launch, low)
+    return judge_accept_length(tokens / (tokens - accepted), "probe accept length", ev, launch, settings)

@@ -45,7 +45,7 @@ def _server_info_findings(
 ) -> list[Finding]:
     """What /server_info says: does the server match the launch line, does it speculate, and how well."""
     accepts = _accept_lengths_from_info(info)
-    expect_speculation, low = settings.expect_speculation, settings.low
+    expect_speculation = settings.expect_speculation
     ev = [
         f"GET {info_path}: speculative_algorithm {info.get('speculative_algorithm')!r}, "
         f"draft {info.get('speculative_draft_model_path')!r}, version {info.get('version', '?')}"
@@ -77,6 +77,6 @@ def _server_info_findings(
         per_rank = f"avg_spec_accept_length per rank: {', '.join(f'{a:.2f}' for a in accepts)}"
         mean = sum(accepts) / len(accepts)
         findings.append(
-            judge_accept_length(mean, "server avg_spec_accept_length", ev + [per_rank], launch or server, low)
+            judge_accept_length(mean, "server avg_spec_accept_length", ev + [per_rank], launch or server, settings)
         )
     return findings

@@ -31,12 +31,7 @@ def _vllm_counters(client: ServerClient) -> tuple[bool, SpecCounters | None]:
 
 def _vllm_server(client: ServerClient, launch, before, settings) -> list[Finding]:
     """vLLM: speculation on or off from /metrics, the accept length so far, and over the probes' own requests."""
-    expect_speculation, probes, probe_tokens, low = (
-        settings.expect_speculation,
-        settings.probes,
-        settings.probe_tokens,
-        settings.low,
-    )
+    expect_speculation, probes, probe_tokens = settings.expect_speculation, settings.probes, settings.probe_tokens
     ev = ["GET /metrics: " + (f"spec_decode so far: {counters_text(before)}" if before else "no vllm:spec_decode_*")]
     findings = [Finding("server", OK, f"{client.url} is a vLLM server (Prometheus /metrics)", ev)]
     if before is None:
@@ -54,7 +49,9 @@ def _vllm_server(client: ServerClient, launch, before, settings) -> list[Finding
             )
         ]
     if before.accept_length is not None:
-        findings.append(judge_accept_length(before.accept_length, "server accept length (/metrics)", ev, launch, low))
+        findings.append(
+            judge_accept_length(before.accept_length, "server accept length (/metrics)", ev, launch, settings)
+        )
     if probes == 0:
         return findings
     done, endpoint, errors = send_probes(client, None, probes, probe_tokens, api="chat")
@@ -69,4 +66,4 @@ def _vllm_server(client: ServerClient, launch, before, settings) -> list[Finding
     ]
     if delta.accept_length is None:
         return findings + [Finding("probe", WARNING, "the probes drafted nothing: acceptance not judged", ev)]
-    return findings + [judge_accept_length(delta.accept_length, "probe accept length", ev, launch, low)]
+    return findings + [judge_accept_length(delta.accept_length, "probe accept length", ev, launch, settings)]
