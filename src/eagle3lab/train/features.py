@@ -147,7 +147,8 @@ def length_groups(rows: list[Tokenized], batch_tokens: int) -> list[list[Tokeniz
 
 def record_features(model, rows: list[Tokenized], indices: list[int], on_record=None, batch_tokens: int | None = None):
     """(aux fp16, final fp16, argmax int32) of each record, on the CPU, in `rows` order. By default one record per
-    forward on the CPU (the reference numbers) and right-padded batches of up to GPU_BATCH_TOKENS on a GPU."""
+    forward on the CPU (0.92 of the target's batched prefill rate there; batches were slower: docs/training.md) and
+    right-padded batches of up to GPU_BATCH_TOKENS on a GPU."""
     device = next(model.parameters()).device
     if batch_tokens is None:
         batch_tokens = 0 if device.type == "cpu" else GPU_BATCH_TOKENS
