@@ -1,12 +1,16 @@
-"""`python -m eagle3lab.dflash train|acceptance|generate|export|bench`: the block drafter's commands (docs/dflash.md).
+"""`python -m eagle3lab.dflash train|acceptance|generate|export|bench|tune`: the block drafter's commands
+(docs/dflash.md).
 
 - train: a DFlash draft from the data and feature cache EAGLE-3's training uses (every `eagle3lab train` option
   too, plus the block's);
 - acceptance: exact offline accept length on the evaluation set, beside EAGLE-3 drafts if named with --eagle3;
 - generate: greedy block decoding in the local engine, checked token for token against plain greedy decoding;
 - export: the GGUF llama.cpp serves, checked against the draft and the target;
-- bench: timed in one engine (local, vllm, llamacpp) against its own baseline, outputs compared.
-Exit codes: 0 done, 1 a check failed (generate's output differs, training's loss is not finite), 2 bad input."""
+- bench: timed in one engine (local, vllm, llamacpp) against its own baseline, outputs compared;
+- tune: the k to serve it at in one engine, from its exact offline acceptance and the engine's costs, confirmed by a
+  timed run against the engine's baseline (`eagle3lab tune` options; `eagle3lab tune --draft DFLASH` runs it too).
+Exit codes: 0 done, 1 a check failed (generate's output differs, training's loss is not finite) or a server died,
+2 bad input."""
 
 from __future__ import annotations
 
@@ -158,11 +162,37 @@ def _bench(argv) -> int:
     return 0
 
 
-COMMANDS = {"train": _train, "acceptance": _acceptance, "generate": _generate, "export": _export, "bench": _bench}
+def _tune(argv) -> int:
+    from eagle3lab.benchmark.tune import TuneSettings
+    from eagle3lab.benchmark.tune_engine import format_engine_result
+    from eagle3lab.dflash.tune import EVAL_CACHE, tune_dflash
+    from eagle3lab.io import write_json
+
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash tune")
+    add_options(parser, TuneSettings)
+    parser.add_argument("--eval-cache", default=EVAL_CACHE, help="folder of cached evaluation sets (the offline part)")
+    args = parser.parse_args(argv)
+    settings = from_options(args, TuneSettings)
+    result = tune_dflash(settings, args.eval_cache)
+    print(format_engine_result(result))
+    write_json(settings.output, result)
+    print(f"wrote {settings.output}")
+    return 0
+
+
+COMMANDS = {
+    "train": _train,
+    "acceptance": _acceptance,
+    "generate": _generate,
+    "export": _export,
+    "bench": _bench,
+    "tune": _tune,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     from eagle3lab.models.checkpoint import DraftFormatError
+    from eagle3lab.serving.client import ServerError
     from eagle3lab.train.loop import TrainingError
 
     argv = sys.argv[1:] if argv is None else argv
@@ -174,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, DraftFormatError) as e:
         print(f"eagle3lab.dflash {argv[0]}: {e}", file=sys.stderr)
         return 2
-    except TrainingError as e:
+    except (TrainingError, ServerError) as e:  # a server's message carries its log's tail
         print(f"eagle3lab.dflash {argv[0]}: {e}", file=sys.stderr)
         return 1
 
