@@ -117,3 +117,25 @@ def test_eagle3lab_tune_runs_the_dflash_tune_for_a_dflash_folder(tmp_path, monke
     out = tmp_path / "tune.json"
     assert commands.tune(["--draft", str(folder), "--output", str(out)]) == 0
     assert seen["draft"] == str(folder) and json.loads(out.read_text())["decision"] == "1,2,1,3"
+
+
+def test_the_offline_part_is_read_from_an_acceptance_result_and_bad_ones_are_named(tmp_path):
+    from eagle3lab.dflash.tune import read_offline
+
+    rows = [
+        {"system": "d", "set": s, "depth": k, "accept_length": 1 + k / 10} for s in ("all", "mtbench") for k in (1, 2)
+    ]
+    path = tmp_path / "offline.json"
+    path.write_text(json.dumps({"table": rows}))
+    assert {k: r["accept_length"] for k, r in read_offline(path, [1, 2], "mtbench").items()} == {1: 1.1, 2: 1.2}
+    with pytest.raises(InputError, match=r"no 'all' accept length at k = \[3\]"):
+        read_offline(path, [1, 2, 3])
+    path.write_text(json.dumps({"table": rows + [{"system": "e", "set": "all", "depth": 1, "accept_length": 1.0}]}))
+    with pytest.raises(InputError, match="score the tuned draft alone"):
+        read_offline(path, [1])
+    path.write_text(json.dumps({"table": [{"system": "d", "set": "all", "depth": "1", "accept_length": 1.0}]}))
+    with pytest.raises(InputError, match="table record 1: field 'depth' should be int"):
+        read_offline(path, [1])
+    path.write_text("[]")
+    with pytest.raises(InputError, match="not an acceptance result"):
+        read_offline(path, [1])

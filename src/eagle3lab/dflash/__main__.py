@@ -71,18 +71,26 @@ def _acceptance(argv) -> int:
         "compared with these, as seeds of another, prompt by prompt (interval over prompts x seeds)",
     )
     parser.add_argument("--depth", type=int, default=3, help="the EAGLE-3 drafts' chain depth")
+    parser.add_argument(
+        "--ks",
+        help="score each DFlash draft at these drafted tokens, comma-separated, each a truncated block as the "
+        "engines serve k < block_size - 1 (what `tune --offline` reads); default: the whole block",
+    )
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--sets", default=",".join(f"{k}:{v or 'all'}" for k, v in DEFAULT_SETS.items()))
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--cache", default=str(ARTIFACTS / "eval"), help="folder of cached evaluation sets")
     parser.add_argument("--output", help="write the table and the per-prompt rows to this JSON file")
     args = parser.parse_args(argv)
+    ks = [int(k) for k in args.ks.split(",")] if args.ks else None
+    if ks and args.eagle3:
+        raise InputError("--ks scores a draft's serving shapes; compare it with --eagle3 at its whole block")
     sets = parse_sets(chain.sets_option(args.sets))
     target = load_target(args.target, dtype=torch.float32)
     records = build_eval_set(target, args.cache, sets, args.max_new_tokens)
 
     blocks = {name: load_dflash(folder, torch.float32) for name, folder in map(chain.named, args.drafts)}
-    rows = acceptance.evaluate(blocks, target, records)
+    rows = acceptance.evaluate(blocks, target, records, ks=ks)
     if args.eagle3:
         chains = {
             name: load_bench_draft(folder, target, torch.float32) for name, folder in map(chain.named, args.eagle3)
@@ -171,9 +179,10 @@ def _tune(argv) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash tune")
     add_options(parser, TuneSettings)
     parser.add_argument("--eval-cache", default=EVAL_CACHE, help="folder of cached evaluation sets (the offline part)")
+    parser.add_argument("--offline", help="the offline part from `acceptance DRAFT --ks 1,...,k --output FILE`")
     args = parser.parse_args(argv)
     settings = from_options(args, TuneSettings)
-    result = tune_dflash(settings, args.eval_cache)
+    result = tune_dflash(settings, args.eval_cache, args.offline)
     print(format_engine_result(result))
     write_json(settings.output, result)
     print(f"wrote {settings.output}")
