@@ -139,3 +139,15 @@ def test_the_offline_part_is_read_from_an_acceptance_result_and_bad_ones_are_nam
     path.write_text("[]")
     with pytest.raises(InputError, match="not an acceptance result"):
         read_offline(path, [1])
+
+
+def test_the_acceptance_subset_keeps_the_first_records_of_the_named_sets():
+    from types import SimpleNamespace
+
+    from eagle3lab.dflash.__main__ import subset
+
+    records = [SimpleNamespace(set=s, id=f"{s}{i}") for i in range(3) for s in ("mtbench", "gsm8k")]
+    assert [r.id for r in subset(records, {"mtbench": 2})] == ["mtbench0", "mtbench1"]
+    assert [r.id for r in subset(records, {"gsm8k": None, "mtbench": 1})] == ["mtbench0", "gsm8k0", "gsm8k1", "gsm8k2"]
+    with pytest.raises(InputError, match="no records of \\['humaneval'\\]"):
+        subset(records, {"humaneval": 1})

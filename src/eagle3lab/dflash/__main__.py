@@ -51,14 +51,23 @@ def versus(per_prompt: list[dict], dflash: list[str], eagle3: list[str], boot: i
     ]
 
 
-def _acceptance(argv) -> int:
-    from eagle3lab.benchmark import acceptance as chain
-    from eagle3lab.benchmark.eval_set import DEFAULT_SETS, build_eval_set, parse_sets, summary
-    from eagle3lab.benchmark.systems import load_bench_draft
-    from eagle3lab.dflash import acceptance
-    from eagle3lab.dflash.model import load_dflash
-    from eagle3lab.io import write_json
-    from eagle3lab.models.target import DEFAULT_TARGET, load_target
+def subset(records: list, limits: dict) -> list:
+    """The records of the sets in `limits` ({set: N or None for all}), the first N of each, in their order."""
+    unknown = set(limits) - {r.set for r in records}
+    if unknown:
+        raise InputError(f"--subset: the evaluation set has no records of {sorted(unknown)}")
+    seen: dict[str, int] = {}
+    out = []
+    for r in records:
+        if r.set in limits and (limits[r.set] is None or seen.get(r.set, 0) < limits[r.set]):
+            seen[r.set] = seen.get(r.set, 0) + 1
+            out.append(r)
+    return out
+
+
+def _acceptance_parser() -> argparse.ArgumentParser:
+    from eagle3lab.benchmark.eval_set import DEFAULT_SETS
+    from eagle3lab.models.target import DEFAULT_TARGET
     from eagle3lab.paths import ARTIFACTS
 
     parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash acceptance")
@@ -80,14 +89,33 @@ def _acceptance(argv) -> int:
     parser.add_argument("--sets", default=",".join(f"{k}:{v or 'all'}" for k, v in DEFAULT_SETS.items()))
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--cache", default=str(ARTIFACTS / "eval"), help="folder of cached evaluation sets")
+    parser.add_argument(
+        "--subset",
+        help="score only these sets' first N records of the evaluation set, SET:N|all,... (a quicker "
+        "profile; the set is still built and cached whole, as --sets says)",
+    )
     parser.add_argument("--output", help="write the table and the per-prompt rows to this JSON file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _acceptance(argv) -> int:
+    from eagle3lab.benchmark import acceptance as chain
+    from eagle3lab.benchmark.eval_set import build_eval_set, parse_sets, summary
+    from eagle3lab.benchmark.systems import load_bench_draft
+    from eagle3lab.dflash import acceptance
+    from eagle3lab.dflash.model import load_dflash
+    from eagle3lab.io import write_json
+    from eagle3lab.models.target import load_target
+
+    args = _acceptance_parser().parse_args(argv)
     ks = [int(k) for k in args.ks.split(",")] if args.ks else None
     if ks and args.eagle3:
         raise InputError("--ks scores a draft's serving shapes; compare it with --eagle3 at its whole block")
     sets = parse_sets(chain.sets_option(args.sets))
     target = load_target(args.target, dtype=torch.float32)
     records = build_eval_set(target, args.cache, sets, args.max_new_tokens)
+    if args.subset:
+        records = subset(records, chain.sets_option(args.subset))
 
     blocks = {name: load_dflash(folder, torch.float32) for name, folder in map(chain.named, args.drafts)}
     rows = acceptance.evaluate(blocks, target, records, ks=ks)
