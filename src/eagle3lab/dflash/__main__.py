@@ -191,8 +191,8 @@ def _bench(argv) -> int:
     for row in result["rows"]:
         if row.get("set", "all") != "all" and settings.engine != "local":
             continue
-        print({k: row.get(k) for k in ("engine", "set", "system", "tokens_per_s", "accept_length", "identical_rate",
-                                       "speedup_vs_baseline")})  # fmt: skip
+        keys = ("engine", "set", "system", "config", "tokens_per_s", "accept_length", "identical_rate")
+        print({k: row.get(k) for k in (*keys, "speedup_vs_baseline")})
     if settings.output:
         write_json(settings.output, result)
     return 0
