@@ -11,7 +11,7 @@ from eagle3lab.decoding.engine import generate
 from eagle3lab.decoding.offline import walk
 from eagle3lab.dflash.config import DFlashConfig, default_target_layers
 from eagle3lab.dflash.engine import DFlashEngine, target_indices
-from eagle3lab.dflash.model import DFlashDraft, block_mask, load_dflash, save_dflash
+from eagle3lab.dflash.model import DFlashDraft, block_mask, draft_blocks, load_dflash, save_dflash
 from eagle3lab.dflash.offline import block_hits
 from eagle3lab.dflash.train import DFlashTrainConfig, mask_token, train_dflash
 from eagle3lab.io import InputError, read_jsonl
@@ -173,24 +173,45 @@ def test_a_killed_run_resumes_to_the_same_weights(trained, tmp_path):
         train_dflash(replace(base, output=str(tmp_path / "whole")))
 
 
-def test_block_decoding_is_greedy_and_offline_acceptance_equals_it(trained):
+@pytest.mark.parametrize("k", [None, 2, 1])
+def test_block_decoding_is_greedy_and_offline_acceptance_equals_it(trained, k):
+    """At the whole block (k None) and truncated to the anchor and k masks, as the engines serve k < block - 1."""
     target = trained["target"]
     draft = load_dflash(trained["result"]["draft"], dtype=torch.float32)
-    engine = DFlashEngine(target.model, draft)
+    engine = DFlashEngine(target.model, draft, drafted=k)
     accepted = 0
     for i, row in enumerate(read_jsonl(trained["cfg"].val)):
         prompt = encode_chat(target.tokenizer, row["conversations"][:1])
         plain = generate(target.model, prompt, 20)
         block = engine.generate(prompt, 20)
         assert block.tokens == plain.tokens, f"prompt {i}"
+        assert max(block.accepted) <= engine.drafted
         ids = torch.tensor(prompt + block.tokens)
         features = forward_with_aux(target.model, ids[None], target_indices(draft)).aux[0]
-        hits = block_hits(draft, engine.embed, engine.head, features, ids, first=len(prompt) - 1)
-        offline = walk(hits, len(prompt), len(block.tokens), draft.config.drafted)
+        hits = block_hits(draft, engine.embed, engine.head, features, ids, first=len(prompt) - 1, drafted=k)
+        offline = walk(hits, len(prompt), len(block.tokens), engine.drafted)
         # the last round may verify drafts past the length limit, which the offline walk counts as misses
         assert offline[:-1] == block.accepted[:-1] and offline[-1] <= block.accepted[-1], f"prompt {i}"
         accepted += sum(block.accepted)
     assert accepted > 0
+
+
+def test_a_truncated_block_is_its_own_forward_not_the_whole_blocks_first_slots(trained):
+    """The slots see each other: the first slot of a block of anchor + 1 mask is not the first slot of the whole
+    block (so the offline profile at k must draft the truncated block, as the engines do)."""
+    target = trained["target"]
+    draft = load_dflash(trained["result"]["draft"], dtype=torch.float32)
+    ids = torch.tensor(encode_chat(target.tokenizer, [{"role": "user", "content": "a b c d e f"}]))
+    features = forward_with_aux(target.model, ids[None], target_indices(draft)).aux[0]
+    embed, head = target.model.get_input_embeddings().weight, target.model.lm_head.weight
+    anchors = torch.arange(1, ids.numel())
+    with torch.inference_mode():
+        whole = draft_blocks(draft, embed, head, features, ids, anchors)
+        short = draft_blocks(draft, embed, head, features, ids, anchors, drafted=1)
+    assert whole.shape[1] == draft.config.drafted and short.shape[1] == 1
+    assert not torch.allclose(whole[:, 0], short[:, 0])
+    with pytest.raises(ValueError, match="drafts 1 to 3 tokens"):
+        DFlashEngine(target.model, draft, drafted=4)
 
 
 def test_dflash_is_compared_with_eagle3_prompt_by_prompt_over_both_recipes_seeds():

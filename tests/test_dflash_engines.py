@@ -15,6 +15,7 @@ from eagle3lab.dflash.export import export_dflash_gguf, gguf_mismatches
 from eagle3lab.dflash.model import DFlashDraft, save_dflash
 from eagle3lab.dflash.serve import DFlashLlamaCpp
 from eagle3lab.engines.llamacpp.gguf import gguf_facts
+from eagle3lab.engines.llamacpp.round_split import format_split, split_rounds
 from eagle3lab.io import InputError
 from eagle3lab.serving.processes import free_port
 
@@ -62,3 +63,16 @@ def test_an_export_that_does_not_say_what_the_draft_was_trained_as_is_refused(ll
     assert any("block_size" in p for p in problems) and any("mask_token_id" in p for p in problems)
     with pytest.raises(InputError, match="no config.json"):
         export_dflash_gguf(tmp_path, "smollm2-135m-instruct", tmp_path / "x.gguf")
+
+
+def test_the_round_split_serves_a_dflash_draft_as_dflash(llamacpp, dflash_draft, three_prompts):
+    split = split_rounds(str(dflash_draft), "smollm2-135m-instruct", max_steps=2, prompts=three_prompts[:2], tokens=24)
+    one, two = split["rows"]
+    assert split["spec_type"] == "draft-dflash" and "--spec-type draft-dflash" in two["command"]
+    assert "--spec-synth-rates 1,1" in two["command"]
+    # synthetic acceptance takes every drafted token of the block too: the round is the block's whole cost
+    assert one["perfect_accept_length"] == pytest.approx(2.0, abs=0.1)
+    assert two["perfect_accept_length"] == pytest.approx(3.0, abs=0.2)
+    assert "draft-dflash" in format_split(split)
+    with pytest.raises(InputError, match="at most 3 tokens"):
+        split_rounds(str(dflash_draft), "smollm2-135m-instruct", max_steps=4, prompts=three_prompts[:2])

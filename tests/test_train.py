@@ -146,7 +146,8 @@ def test_the_drafts_layer_can_start_from_a_target_layer(setup):
     mid, hidden = copied.midlayer, layer.self_attn.q_proj.weight.shape[1]
     for name in ("q_proj", "k_proj", "v_proj"):
         own = getattr(mid.self_attn, name).weight
-        torch.testing.assert_close(own[:, hidden:], as_exported(getattr(layer.self_attn, name).weight), rtol=0, atol=1e-6)
+        copied_from = as_exported(getattr(layer.self_attn, name).weight)
+        torch.testing.assert_close(own[:, hidden:], copied_from, rtol=0, atol=1e-6)
         torch.testing.assert_close(own[:, :hidden], getattr(fresh.self_attn, name).weight[:, :hidden])  # same seed
     torch.testing.assert_close(mid.mlp.down_proj.weight, as_exported(layer.mlp.down_proj.weight), rtol=0, atol=1e-6)
     torch.testing.assert_close(mid.hidden_norm.weight, as_exported(layer.input_layernorm.weight), rtol=0, atol=1e-6)

@@ -26,8 +26,9 @@ DETAILS = {
     "is identical to the baseline's. --engine local runs it in our own engine; vllm or llamacpp in a served engine.",
     "tune": "With --engine local it measures the draft's acceptance and this machine's forward costs in our own "
     "engine, predicts every shape's speedup and benchmarks the best few beside the baseline; with vllm or llamacpp "
-    "it serves each chain shape and predicts from that engine's own costs and counters. It prints the ranked shapes "
-    "and the winner's launch flags, or says not to speculate when nothing beats the baseline.",
+    "it serves each chain shape and predicts from that engine's own costs and counters. A DFlash draft gets its k in "
+    "any engine, from its exact offline acceptance and the engine's costs. It prints the ranked shapes and the "
+    "winner's launch flags, or says not to speculate when nothing beats the baseline.",
 }
 
 
@@ -85,6 +86,12 @@ def tune(argv: list[str]) -> int:
     settings = from_options(args, TuneSettings)
 
     def work():
+        from eagle3lab.dflash.config import is_dflash
+        from eagle3lab.dflash.tune import tune_dflash
+
+        if is_dflash(settings.draft):  # a block drafter: its shape is k alone, in every engine (dflash.tune)
+            result = tune_dflash(settings)
+            return result, format_engine_result(result), settings.output
         if settings.engine == "local":
             result = tune_locally(settings, progress=not args.quiet)
             return result, format_result(result), settings.output

@@ -22,7 +22,7 @@ import torch
 
 from eagle3lab.devices import resolve_dtype
 from eagle3lab.models.target import DEFAULT_TARGET, aux_hidden_indices, load_target
-from eagle3lab.train.features import FeatureCache, length_groups, cache_key, record_features, tokenize_file
+from eagle3lab.train.features import FeatureCache, cache_key, length_groups, record_features, tokenize_file
 
 
 def _timed(fn, repeats: int) -> float:
@@ -76,13 +76,15 @@ def measure(data: str, target_spec: str, records: int, batch_tokens: int, max_le
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.benchmark.feature_rate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m eagle3lab.benchmark.feature_rate", description=__doc__.split(":")[0]
+    )
     parser.add_argument("data", help="training conversations (JSONL), e.g. artifacts/regen/train.jsonl")
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--records", type=int, default=64, help="the first N records of the file")
     parser.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per batched forward")
     parser.add_argument("--max-len", type=int, default=768, help="truncate conversations (train_draft.max_len)")
-    parser.add_argument("--dtype", default="auto", help="the cache's dtype: auto (bf16 where native), bfloat16, float32")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 where native), bfloat16, float32")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     result = measure(args.data, args.target, args.records, args.batch_tokens, args.max_len, args.dtype, args.repeats)

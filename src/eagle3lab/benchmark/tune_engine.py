@@ -37,12 +37,12 @@ def chain(k: int, threshold: float = 0.0) -> str:
     return f"1,{k},1,{k + 1}" + (f"@{threshold:g}" if threshold else "")
 
 
-def _bench(tune_settings, configs: list[str], peers=()) -> dict:
-    """`bench --engine` on the tune prompts with the tune draft (BenchSettings built from TuneSettings)."""
+def bench_settings(tune_settings, configs: list[str], peers=()):
+    """`bench --engine`'s settings (BenchSettings) for the tune prompts and draft (TuneSettings)."""
     from eagle3lab.benchmark.run import BenchSettings, split_list
 
     s = tune_settings
-    bench = BenchSettings(
+    return BenchSettings(
         target=s.target,
         sets=[] if s.prompts else split_list(s.sets),
         prompts_file=s.prompts,
@@ -57,7 +57,6 @@ def _bench(tune_settings, configs: list[str], peers=()) -> dict:
         engine=s.engine,
         eager=s.eager,
     )
-    return run_served_benchmark(bench)
 
 
 def split_prompts(per_prompt: list[dict]) -> tuple[set, set]:
@@ -126,8 +125,10 @@ def calibration_from(measured: dict, draft) -> dict:
     }
 
 
-def predict(cal: dict) -> list[dict]:
-    """Every calibrated draft shape, best predicted first."""
+def predict(cal: dict, offline: dict[int, float] | None = None) -> list[dict]:
+    """Every calibrated draft shape, best predicted first. `offline` ({k: accept length}, a drafter's exact offline
+    acceptance at k, as DFlash's tune gives): predict tau_offline(k) * t_step / t_round(k), the engine's costs with
+    the offline acceptance, instead of the calibration's own tokens/s."""
     out = []
     for label, round_s in cal["round_s"].items():
         k, threshold = cal["shapes"][label]
@@ -136,6 +137,10 @@ def predict(cal: dict) -> list[dict]:
         # break-even and 2x: the accept length at which a round's tokens pay for its cost once and twice over
         # tau * t_step / t_round where every step drafts; measured throughput where p-min skips some
         out[-1] |= {"speedup": cal["tokens_per_s"][label] * cal["step_s"], "tau_for_2x": 2 * round_s / cal["step_s"]}
+        if offline is not None:
+            if k not in offline:
+                raise InputError(f"predict: no offline accept length at k={k} (have k = {sorted(offline)})")
+            out[-1] |= {"offline_accept_length": offline[k], "speedup": offline[k] * cal["step_s"] / round_s}
     return sorted(out, key=lambda p: -p["speedup"])
 
 
@@ -161,27 +166,32 @@ def _all_prompts(rows: list[dict], label: str, system: str) -> dict:
     return {"all_speedup": median("speedup_vs_baseline"), "measured_vs_hf": median("speedup_vs_hf_generate")}
 
 
-def tune_from_benchmark(bench: dict, settings, draft) -> dict:
+def tune_from_benchmark(bench: dict, settings, draft, offline: dict | None = None, engine=None) -> dict:
     """The decision from a `bench --engine` run of the baseline and `draft` at several k (tune's own, or stage
-    04's): predictions from the calibration half beside the held-out measurement, best measured first; speculate
-    only when the best beats the engine's baseline, with its launch line and the doctor's verdict."""
+    04's): predictions from the calibration half (with `offline` acceptance, see `predict`) beside the held-out
+    measurement, best measured first; speculate only when the best beats the engine's baseline, with its launch line
+    (from `engine`, default the settings' own) and the doctor's verdict."""
     cal = calibration_from(bench, draft)
     system, (_, held_out) = Path(draft).name, split_prompts(bench["per_prompt"])
+    predictions = predict(cal, offline)
     ranked = sorted(
         (
             p
             | _held_out(bench["per_prompt"], system, p["label"], held_out)
             | _all_prompts(bench["rows"], p["label"], system)
-            for p in predict(cal)
+            for p in predictions
         ),
         key=lambda r: -(r["measured_speedup"] or 0.0),
     )
     result = {"engine": cal["engine"], "calibration": cal, "held_out_prompts": len(held_out), "ranked": ranked}
+    result |= {"predicted_best": predictions[0]["label"] if predictions else None}
     result |= {"benchmark": bench, "winner": None, "decision": DO_NOT_SPECULATE, "launch": None, "doctor": None}
     best = ranked[0] if ranked else None
     if best and (best["measured_speedup"] or 0.0) > 1.0:
         result["winner"], result["decision"] = best, best["label"]
-        result["launch"], result["doctor"] = launch_line(settings, draft, best["k"], best["threshold"])
+        if cal["engine"] != "local":  # our own engine has no launch line
+            launch = launch_line(settings, draft, best["k"], best["threshold"], engine)
+            result["launch"], result["doctor"] = launch
     return result
 
 
@@ -192,15 +202,17 @@ def tune_in_engine(settings) -> dict:
         raise InputError(f"--max-steps {settings.max_steps}: the engine needs a draft length of at least 1")
     thresholds = P_MIN_GRID if settings.engine in THRESHOLDS else (0.0,)
     configs = [BASELINE.label] + [chain(k, p) for k in range(1, settings.max_steps + 1) for p in thresholds]
-    return tune_from_benchmark(_bench(settings, configs, peers=("hf-generate",)), settings, settings.draft)
+    bench = run_served_benchmark(bench_settings(settings, configs, peers=("hf-generate",)))
+    return tune_from_benchmark(bench, settings, settings.draft)
 
 
-def launch_line(settings, draft, k: int, threshold: float = 0.0) -> tuple[list[str], dict]:
+def launch_line(settings, draft, k: int, threshold: float = 0.0, engine=None) -> tuple[list[str], dict]:
     """The engine's launch line for `draft` at k (and p-min), and the doctor's verdict on it (import late: the doctor
-    is heavy). `settings`: TuneSettings or BenchSettings (engine, dtype, compile mode, target)."""
+    is heavy). `settings`: TuneSettings or BenchSettings (engine, dtype, compile mode, target); `engine`: one
+    configured otherwise (DFlash's)."""
     from eagle3lab.doctor.diagnosis import diagnose
 
-    engine = make_engine(settings)
+    engine = engine or make_engine(settings)
     command = engine.launch_command(engine.model(settings.target), port=8000, draft=draft, k=k, threshold=threshold)
     return command, diagnose(launch=command, draft=draft).to_dict()
 
@@ -208,6 +220,7 @@ def launch_line(settings, draft, k: int, threshold: float = 0.0) -> tuple[list[s
 COLUMNS = (
     Column("config", "label", 9, left=True),
     Column("accept", "accept_length", 6, ".2f"),
+    Column("offline", "offline_accept_length", 7, ".2f"),
     Column("round ms", "round_ms", 8, ".1f"),
     Column("predicted", "speedup", 9, ".2f"),
     Column("2x needs", "tau_for_2x", 8, ".2f"),
@@ -229,12 +242,14 @@ def format_engine_result(result: dict) -> str:
         f"{acceptance} ({cal['deepest']}, {cal['rounds']} rounds)",
         render_rows(rows, COLUMNS, details=False),
     ]
+    if result.get("predicted_best"):
+        lines.append(f"predicted best: {result['predicted_best']}")
     if result["winner"] is None:
         lines.append(f"decision: {DO_NOT_SPECULATE} (no draft length beats {result['engine']}'s own baseline here)")
         return "\n".join(lines)
-    command = result["launch"]
     winner = result["winner"]
     lines.append(f"decision: {result['decision']} (k={winner['k']}, threshold {winner['threshold']:g})")
-    lines.append(f"{result['engine']} launch: {shlex.join(command)}")
-    lines.append(f"doctor: {result['doctor']['summary']} (exit {result['doctor']['exit_code']})")
+    if result["launch"]:
+        lines.append(f"{result['engine']} launch: {shlex.join(result['launch'])}")
+        lines.append(f"doctor: {result['doctor']['summary']} (exit {result['doctor']['exit_code']})")
     return "\n".join(lines)

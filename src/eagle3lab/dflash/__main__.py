@@ -1,12 +1,16 @@
-"""`python -m eagle3lab.dflash train|acceptance|generate|export|bench`: the block drafter's commands (docs/dflash.md).
+"""`python -m eagle3lab.dflash train|acceptance|generate|export|bench|tune`: the block drafter's commands
+(docs/dflash.md).
 
 - train: a DFlash draft from the data and feature cache EAGLE-3's training uses (every `eagle3lab train` option
   too, plus the block's);
 - acceptance: exact offline accept length on the evaluation set, beside EAGLE-3 drafts if named with --eagle3;
 - generate: greedy block decoding in the local engine, checked token for token against plain greedy decoding;
 - export: the GGUF llama.cpp serves, checked against the draft and the target;
-- bench: timed in one engine (local, vllm, llamacpp) against its own baseline, outputs compared.
-Exit codes: 0 done, 1 a check failed (generate's output differs, training's loss is not finite), 2 bad input."""
+- bench: timed in one engine (local, vllm, llamacpp) against its own baseline, outputs compared;
+- tune: the k to serve it at in one engine, from its exact offline acceptance and the engine's costs, confirmed by a
+  timed run against the engine's baseline (`eagle3lab tune` options; `eagle3lab tune --draft DFLASH` runs it too).
+Exit codes: 0 done, 1 a check failed (generate's output differs, training's loss is not finite) or a server died,
+2 bad input."""
 
 from __future__ import annotations
 
@@ -47,14 +51,23 @@ def versus(per_prompt: list[dict], dflash: list[str], eagle3: list[str], boot: i
     ]
 
 
-def _acceptance(argv) -> int:
-    from eagle3lab.benchmark import acceptance as chain
-    from eagle3lab.benchmark.eval_set import DEFAULT_SETS, build_eval_set, parse_sets, summary
-    from eagle3lab.benchmark.systems import load_bench_draft
-    from eagle3lab.dflash import acceptance
-    from eagle3lab.dflash.model import load_dflash
-    from eagle3lab.io import write_json
-    from eagle3lab.models.target import DEFAULT_TARGET, load_target
+def subset(records: list, limits: dict) -> list:
+    """The records of the sets in `limits` ({set: N or None for all}), the first N of each, in their order."""
+    unknown = set(limits) - {r.set for r in records}
+    if unknown:
+        raise InputError(f"--subset: the evaluation set has no records of {sorted(unknown)}")
+    seen: dict[str, int] = {}
+    out = []
+    for r in records:
+        if r.set in limits and (limits[r.set] is None or seen.get(r.set, 0) < limits[r.set]):
+            seen[r.set] = seen.get(r.set, 0) + 1
+            out.append(r)
+    return out
+
+
+def _acceptance_parser() -> argparse.ArgumentParser:
+    from eagle3lab.benchmark.eval_set import DEFAULT_SETS
+    from eagle3lab.models.target import DEFAULT_TARGET
     from eagle3lab.paths import ARTIFACTS
 
     parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash acceptance")
@@ -67,18 +80,45 @@ def _acceptance(argv) -> int:
         "compared with these, as seeds of another, prompt by prompt (interval over prompts x seeds)",
     )
     parser.add_argument("--depth", type=int, default=3, help="the EAGLE-3 drafts' chain depth")
+    parser.add_argument(
+        "--ks",
+        help="score each DFlash draft at these drafted tokens, comma-separated, each a truncated block as the "
+        "engines serve k < block_size - 1 (what `tune --offline` reads); default: the whole block",
+    )
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--sets", default=",".join(f"{k}:{v or 'all'}" for k, v in DEFAULT_SETS.items()))
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--cache", default=str(ARTIFACTS / "eval"), help="folder of cached evaluation sets")
+    parser.add_argument(
+        "--subset",
+        help="score only these sets' first N records of the evaluation set, SET:N|all,... (a quicker "
+        "profile; the set is still built and cached whole, as --sets says)",
+    )
     parser.add_argument("--output", help="write the table and the per-prompt rows to this JSON file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _acceptance(argv) -> int:
+    from eagle3lab.benchmark import acceptance as chain
+    from eagle3lab.benchmark.eval_set import build_eval_set, parse_sets, summary
+    from eagle3lab.benchmark.systems import load_bench_draft
+    from eagle3lab.dflash import acceptance
+    from eagle3lab.dflash.model import load_dflash
+    from eagle3lab.io import write_json
+    from eagle3lab.models.target import load_target
+
+    args = _acceptance_parser().parse_args(argv)
+    ks = [int(k) for k in args.ks.split(",")] if args.ks else None
+    if ks and args.eagle3:
+        raise InputError("--ks scores a draft's serving shapes; compare it with --eagle3 at its whole block")
     sets = parse_sets(chain.sets_option(args.sets))
     target = load_target(args.target, dtype=torch.float32)
     records = build_eval_set(target, args.cache, sets, args.max_new_tokens)
+    if args.subset:
+        records = subset(records, chain.sets_option(args.subset))
 
     blocks = {name: load_dflash(folder, torch.float32) for name, folder in map(chain.named, args.drafts)}
-    rows = acceptance.evaluate(blocks, target, records)
+    rows = acceptance.evaluate(blocks, target, records, ks=ks)
     if args.eagle3:
         chains = {
             name: load_bench_draft(folder, target, torch.float32) for name, folder in map(chain.named, args.eagle3)
@@ -151,18 +191,45 @@ def _bench(argv) -> int:
     for row in result["rows"]:
         if row.get("set", "all") != "all" and settings.engine != "local":
             continue
-        print({k: row.get(k) for k in ("engine", "set", "system", "tokens_per_s", "accept_length", "identical_rate",
-                                       "speedup_vs_baseline")})  # fmt: skip
+        keys = ("engine", "set", "system", "config", "tokens_per_s", "accept_length", "identical_rate")
+        print({k: row.get(k) for k in (*keys, "speedup_vs_baseline")})
     if settings.output:
         write_json(settings.output, result)
     return 0
 
 
-COMMANDS = {"train": _train, "acceptance": _acceptance, "generate": _generate, "export": _export, "bench": _bench}
+def _tune(argv) -> int:
+    from eagle3lab.benchmark.tune import TuneSettings
+    from eagle3lab.benchmark.tune_engine import format_engine_result
+    from eagle3lab.dflash.tune import EVAL_CACHE, tune_dflash
+    from eagle3lab.io import write_json
+
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash tune")
+    add_options(parser, TuneSettings)
+    parser.add_argument("--eval-cache", default=EVAL_CACHE, help="folder of cached evaluation sets (the offline part)")
+    parser.add_argument("--offline", help="the offline part from `acceptance DRAFT --ks 1,...,k --output FILE`")
+    args = parser.parse_args(argv)
+    settings = from_options(args, TuneSettings)
+    result = tune_dflash(settings, args.eval_cache, args.offline)
+    print(format_engine_result(result))
+    write_json(settings.output, result)
+    print(f"wrote {settings.output}")
+    return 0
+
+
+COMMANDS = {
+    "train": _train,
+    "acceptance": _acceptance,
+    "generate": _generate,
+    "export": _export,
+    "bench": _bench,
+    "tune": _tune,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     from eagle3lab.models.checkpoint import DraftFormatError
+    from eagle3lab.serving.client import ServerError
     from eagle3lab.train.loop import TrainingError
 
     argv = sys.argv[1:] if argv is None else argv
@@ -174,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, DraftFormatError) as e:
         print(f"eagle3lab.dflash {argv[0]}: {e}", file=sys.stderr)
         return 2
-    except TrainingError as e:
+    except (TrainingError, ServerError) as e:  # a server's message carries its log's tail
         print(f"eagle3lab.dflash {argv[0]}: {e}", file=sys.stderr)
         return 1
 

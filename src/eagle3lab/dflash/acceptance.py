@@ -1,6 +1,6 @@
 """Exact offline acceptance of DFlash drafts on the evaluation set (`benchmark.eval_set`): the rows, pooling and
-tables of `benchmark.acceptance`, with the block's hits in place of the chain's. A block of size B is scored at its
-one depth, B - 1 drafts."""
+tables of `benchmark.acceptance`, with the block's hits in place of the chain's. A block of size B is scored at B - 1
+drafts, or at each k of `ks`: the block truncated to the anchor and k masks, as the engines serve it at k."""
 
 from __future__ import annotations
 
@@ -11,13 +11,19 @@ from eagle3lab.dflash.offline import block_hits
 from eagle3lab.io import InputError
 
 
-def evaluate(drafts: dict, target, records, progress: bool = True, depth: int | None = None) -> list[PromptAcceptance]:
+def evaluate(
+    drafts: dict, target, records, progress: bool = True, depth: int | None = None, ks: list[int] | None = None
+) -> list[PromptAcceptance]:
     """PromptAcceptance of every DFlash draft (name -> DFlashDraft) on every record: one target forward a record
     for every draft that reads the same target layers. `depth`: the drafted tokens a comparison expects (a block of
-    another size is refused: its accept length is not comparable)."""
+    another size is refused: its accept length is not comparable). `ks`: score each draft at these drafted tokens,
+    each a truncated block (rows at depth k), instead of its whole block."""
     from tqdm import tqdm
 
     for name, draft in drafts.items():
+        if ks and not 1 <= min(ks) <= max(ks) <= draft.config.drafted:
+            size = draft.config.block_size
+            raise InputError(f"DFlash draft {name}: block_size {size} drafts 1 to {size - 1} tokens, not k = {ks}")
         if depth is not None and draft.config.drafted != depth:
             raise InputError(
                 f"DFlash draft {name}: block_size {draft.config.block_size} drafts {draft.config.drafted} tokens, "
@@ -34,8 +40,8 @@ def evaluate(drafts: dict, target, records, progress: bool = True, depth: int | 
         for tf in tqdm(teacher_forced(target, records, list(layers)), total=len(records), disable=not progress):
             prompt_tokens, tokens = len(tf.record.prompt_ids), max(tf.answer_tokens - 1, 0)
             for name, draft in group.items():
-                hits = block_hits(draft, embed, head, tf.aux, tf.ids, first=prompt_tokens - 1)
-                depth = draft.config.drafted
-                accepted = walk(hits, prompt_tokens, tf.answer_tokens, depth)
-                out.append(PromptAcceptance(name, tf.record.set, tf.record.id, depth, tokens, accepted, tf.cut))
+                for k in ks or [draft.config.drafted]:
+                    hits = block_hits(draft, embed, head, tf.aux, tf.ids, first=prompt_tokens - 1, drafted=k)
+                    accepted = walk(hits, prompt_tokens, tf.answer_tokens, k)
+                    out.append(PromptAcceptance(name, tf.record.set, tf.record.id, k, tokens, accepted, tf.cut))
     return out

@@ -10,11 +10,21 @@ nothing when it is missing); and every layer is full, non-causal attention (`is_
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 
 from eagle3lab.models.checkpoint import DraftFormatError
 from eagle3lab.models.draft_config import _rope_from_hf, target_shape
 
 ARCHITECTURE = "DFlashDraftModel"
+
+
+def is_dflash(draft) -> bool:
+    """Whether a draft folder holds a DFlash draft (its config.json names DFlashDraftModel); a GGUF or an EAGLE-3
+    folder does not."""
+    from eagle3lab.models.checkpoint import read_json
+
+    config = Path(draft) / "config.json"
+    return config.is_file() and ARCHITECTURE in (read_json(config).get("architectures") or [])
 
 
 def default_target_layers(num_target_layers: int) -> list[int]:

@@ -247,8 +247,9 @@ def _method(launch: Launch, source: Path) -> list[Finding]:
 
 
 def _draft_length(launch: Launch, config: DFlashConfig) -> list[Finding]:
-    """k must be block_size - 1: the block (anchor + k mask slots) attends both ways, so another length is not the
-    block the draft was trained on, and no engine says so."""
+    """k should be block_size - 1: the block (anchor + k mask slots) attends both ways, so another length is not the
+    block the draft was trained on, and no engine says so. A k below it written on the line is a truncated block,
+    a shape `tune` may choose (a warning); a default or a longer block is an error."""
     if launch.engine == "sglang":
         return []  # SGLang's DFlash block flags are not read here
     # llama.cpp drafts --spec-draft-n-max tokens (3 by default) also when it infers the type from the GGUF
@@ -268,6 +269,13 @@ def _draft_length(launch: Launch, config: DFlashConfig) -> list[Finding]:
     if k > want and launch.engine == "llamacpp":
         why = f"llama.cpp clamps it to {want} and says so in its log only"
         return [Finding("spec_params", WARNING, f"draft length {k} > block_size - 1 = {want}", [*ev, why], fix=fix)]
+    if 1 <= k < want and "default" not in ev[0]:  # written on the line: a shape `tune` may choose, not a default
+        why = (
+            f"the engine drafts a truncated block, the anchor and {k} masks, not the whole block it was trained on: "
+            f"its acceptance is the truncated block's (`python -m eagle3lab.dflash acceptance --ks {k}`), which "
+            "`python -m eagle3lab.dflash tune` measures and may choose"
+        )
+        return [Finding("spec_params", WARNING, f"draft length {k} < block_size - 1 = {want}", [*ev, why], fix=fix)]
     why = (
         f"the engine drafts a block of {k} + 1 slots and every slot attends to the whole block: "
         "not the block the draft was trained on, and no warning says so"

@@ -1,11 +1,12 @@
 """Greedy block speculative decoding of an HF Llama target with a DFlash draft, batch 1 (the local engine's DFlash
 path; `decoding.engine.SpecEngine` runs the baseline and EAGLE-3).
 
-A round: the draft drafts `block_size - 1` tokens in one forward from the anchor (the last emitted token) and mask
-tokens; the target verifies the anchor and the drafts in one forward; the longest run of drafts equal to the target's
-own greedy choices is accepted, plus the target's token after it. The target's features of the accepted positions
-become the draft's new context. Each emitted token is the target's greedy choice, so the output equals plain greedy
-decoding (up to floating-point ties: tests/test_dflash.py checks it on SmolLM2 in float32)."""
+A round: the draft drafts k tokens (`block_size - 1` unless told fewer) in one forward from the anchor (the last
+emitted token) and k mask tokens; the target verifies the anchor and the drafts in one forward; the longest run of
+drafts equal to the target's own greedy choices is accepted, plus the target's token after it. The target's features
+of the accepted positions become the draft's new context. Each emitted token is the target's greedy choice, so the
+output equals plain greedy decoding (up to floating-point ties: tests/test_dflash.py checks it on SmolLM2 in
+float32)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,19 @@ def target_indices(draft: DFlashDraft) -> list[int]:
 
 
 class DFlashEngine:
-    def __init__(self, model, draft: DFlashDraft, *, eos_token_ids=()):
+    def __init__(self, model, draft: DFlashDraft, *, eos_token_ids=(), drafted: int | None = None):
+        """`drafted`: the tokens a round drafts, k (default block_size - 1); a smaller k truncates the block to the
+        anchor and k masks, as vLLM and llama.cpp do (docs/dflash.md, "The serving shape")."""
         self.model, self.draft = model, draft
+        self.drafted = draft.config.drafted if drafted is None else drafted
+        if not 1 <= self.drafted <= draft.config.drafted:
+            size = draft.config.block_size
+            raise ValueError(f"drafted {self.drafted}: a block of {size} drafts 1 to {size - 1} tokens")
         self.device = next(model.parameters()).device
         self.embed = model.get_input_embeddings().weight
         self.head = model.lm_head.weight
         self.eos = {int(t) for t in eos_token_ids}
-        self.label = f"dflash block {draft.config.block_size}"
+        self.label = f"dflash block {draft.config.block_size}, k {self.drafted}"
 
     def _tensor(self, values) -> torch.Tensor:
         return torch.tensor(values, device=self.device)
@@ -51,8 +58,8 @@ class DFlashEngine:
         return [cache.append(k, v) for cache, (k, v) in zip(caches, new, strict=True)]
 
     def _draft(self, anchor: int, n: int, context) -> list[int]:
-        """The block's drafts: the anchor at position n, mask tokens after it."""
-        size = self.draft.config.block_size
+        """The block's drafts: the anchor at position n, `drafted` mask tokens after it."""
+        size = 1 + self.drafted
         ids = self._tensor([[anchor] + [self.draft.config.mask_token_id] * (size - 1)])
         positions = self._tensor([range(n, n + size)])
         mask = block_mask(self._tensor([n]), n, size)[None]
@@ -66,7 +73,7 @@ class DFlashEngine:
         prompt = [int(t) for t in prompt_ids]
         if not prompt or max_new_tokens < 1:
             raise ValueError("an empty prompt or max_new_tokens < 1")
-        result = Generation(self.label, "dflash", len(prompt), [], "length", depth=self.draft.config.drafted)
+        result = Generation(self.label, "dflash", len(prompt), [], "length", depth=self.drafted)
         cache = DynamicCache(config=self.model.config)
         start = clock(self.device)
         with AuxCapture(self.model, target_indices(self.draft)) as capture:

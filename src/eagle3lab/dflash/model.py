@@ -122,10 +122,14 @@ def block_mask(anchors: torch.Tensor, context_len: int, block_size: int) -> torc
     return torch.cat([sees_context, sees_block], dim=1)
 
 
-def draft_blocks(draft: DFlashDraft, embed: torch.Tensor, head: torch.Tensor, features, ids, anchors) -> torch.Tensor:
-    """The target-vocabulary logits [N, block_size - 1, V] of the blocks anchored at `anchors` [N] along one text:
-    `features` [T, K*H] the target's, `ids` [T] its tokens; slot k of a block anchored at a drafts token a + k."""
-    size, t = draft.config.block_size, ids.numel()
+def draft_blocks(
+    draft: DFlashDraft, embed: torch.Tensor, head: torch.Tensor, features, ids, anchors, drafted: int | None = None
+) -> torch.Tensor:
+    """The target-vocabulary logits [N, drafted, V] of the blocks anchored at `anchors` [N] along one text:
+    `features` [T, K*H] the target's, `ids` [T] its tokens; slot k of a block anchored at a drafts token a + k.
+    `drafted` (default block_size - 1): the mask tokens after the anchor. Fewer is the block the engines run at
+    k < block_size - 1: truncated, and the slots, which see each other, see fewer masks than in training."""
+    size, t = 1 + (draft.config.drafted if drafted is None else drafted), ids.numel()
     device = next(draft.parameters()).device
     positions = torch.arange(t, device=device)
     context_kv = draft.context(features[None].to(device), positions[None])

@@ -1,7 +1,8 @@
 """A DFlash draft timed in each engine against that engine's own baseline, on the benchmark's prompts: vLLM (method
-`dflash`, k = block_size - 1), llama.cpp (`--spec-type draft-dflash`, the GGUF `export` writes) through the served
-benchmark (`benchmark.served`: identical-output rate, the server's accept-length counters, tokens/s), and the local
-engine (`dflash.engine` against plain greedy decoding, same prompts, same process).
+`dflash`), llama.cpp (`--spec-type draft-dflash`, the GGUF `export` writes) through the served benchmark
+(`benchmark.served`: identical-output rate, the server's accept-length counters, tokens/s), and the local engine
+(`dflash.engine` against plain greedy decoding, same prompts, same process); at k = block_size - 1 unless `ks` says.
+Both give `bench --engine`'s {"meta", "rows", "per_prompt"}, which `tune` calibrates from (`dflash.tune`).
 
     python -m eagle3lab.dflash bench DRAFT --engine local|vllm|llamacpp [--sets mtbench --limit 4 ...]"""
 
@@ -44,31 +45,70 @@ class DFlashLlamaCpp(LlamaCpp):
         return cmd + ["-md", str(gguf), "--spec-type", self.spec_type, "--spec-draft-n-max", str(k)]
 
 
-def block_config(draft) -> str:
-    """The chain label the benchmark tables use for a block of this draft: 1,k,1,k+1 with k drafted tokens."""
-    drafted = DFlashConfig.from_hf(read_json(Path(draft) / "config.json"), f"{draft}/config.json").drafted
-    return f"1,{drafted},1,{drafted + 1}"
+def drafted(draft) -> int:
+    """The tokens a whole block of this draft drafts: block_size - 1."""
+    return DFlashConfig.from_hf(read_json(Path(draft) / "config.json"), f"{draft}/config.json").drafted
 
 
-def served(settings: BenchSettings, draft) -> dict:
-    """The served benchmark of the draft and the engine's baseline ({"meta", "rows", "per_prompt"})."""
+def dflash_engine(settings: BenchSettings):
+    """The served engine that runs a DFlash draft: vLLM with method dflash, or llama-server with draft-dflash."""
     from eagle3lab.engines.registry import served_engine
 
     if settings.engine == "vllm":
         engine = served_engine("vllm", dtype=settings.dtype, compile=not settings.eager, device="cpu")
-        engine = replace(engine, method="dflash")
-    else:
-        engine = DFlashLlamaCpp(target_spec=settings.target)
-    run = replace(settings, drafts=[str(draft)], configs=["1,0,0,0", block_config(draft)], peers=[])
-    return run_served_benchmark(run, engine=engine)
+        return replace(engine, method="dflash")
+    return DFlashLlamaCpp(target_spec=settings.target)
 
 
-def local(settings: BenchSettings, draft) -> dict:
-    """The local engine: plain greedy and the DFlash block engine on the same prompts, `repeats` runs each (median
-    time), with each prompt's identical-output check."""
+def served(settings: BenchSettings, draft, ks=None) -> dict:
+    """The served benchmark of the draft at each k of `ks` (default the whole block) and the engine's baseline
+    ({"meta", "rows", "per_prompt"})."""
+    from eagle3lab.benchmark.tune_engine import chain
+
+    configs = ["1,0,0,0"] + [chain(k) for k in ks or [drafted(draft)]]
+    run = replace(settings, drafts=[str(draft)], configs=configs, peers=[])
+    return run_served_benchmark(run, engine=dflash_engine(settings))
+
+
+def _timed(engine, prompts, settings: BenchSettings, system: str, config: str, base: dict) -> list[dict]:
+    """Each prompt through one local engine, `repeats` runs (the median-time one kept), as `bench --engine`'s
+    per-prompt rows plus its identical-output check against `base` (the baseline's tokens, filled on its run)."""
+    engine.generate(prompts[0].ids, 8)  # warm-up
+    out = []
+    for prompt in prompts:
+        runs = sorted(
+            (engine.generate(prompt.ids, settings.max_new_tokens) for _ in range(settings.repeats)),
+            key=lambda g: g.time_total,
+        )
+        g = runs[(len(runs) - 1) // 2]
+        base.setdefault(prompt.id, g.tokens)
+        depth = max(g.depth, 0)
+        out.append(
+            {
+                "set": prompt.set,
+                "id": prompt.id,
+                "system": system,
+                "config": config,
+                "engine": "local",
+                "completion_tokens": g.completion_tokens,
+                "seconds": g.time_total,
+                "accept_length": g.accept_length,
+                "per_position": [sum(a > i for a in g.accepted) for i in range(depth)],
+                "drafts": g.verify_count if depth else None,
+                "accepted": sum(g.accepted) if depth else None,
+                "identical": g.tokens == base[prompt.id],
+            }
+        )
+    return out
+
+
+def local(settings: BenchSettings, draft, ks=None) -> dict:
+    """The local engine: plain greedy and the DFlash block engine at each k of `ks` (default the whole block) on the
+    same prompts, `repeats` runs each (median time), with each prompt's identical-output check."""
     from transformers import AutoTokenizer
 
     from eagle3lab.benchmark.prompts import load_prompts
+    from eagle3lab.benchmark.tune_engine import chain
     from eagle3lab.decoding.engine import SpecEngine
     from eagle3lab.dflash.engine import DFlashEngine
     from eagle3lab.dflash.model import load_dflash
@@ -79,38 +119,36 @@ def local(settings: BenchSettings, draft) -> dict:
     eos = [target.tokenizer.eos_token_id]
     tokenizer = AutoTokenizer.from_pretrained(resolve(settings.target))
     prompts = load_prompts(tokenizer, settings.sets, settings.prompts_file, settings.limit)
-    engines = {
-        "baseline": SpecEngine(target.model, eos_token_ids=eos),
-        Path(draft).name: DFlashEngine(target.model, load_dflash(draft, dtype), eos_token_ids=eos),
-    }
-    rows, base = [], {}
-    for name, engine in engines.items():
-        engine.generate(prompts[0].ids, 8)  # warm-up
-        tokens = seconds = verifies = 0
-        identical = []
-        for prompt in prompts:
-            runs = sorted(
-                (engine.generate(prompt.ids, settings.max_new_tokens) for _ in range(settings.repeats)),
-                key=lambda g: g.time_total,
-            )
-            out = runs[(len(runs) - 1) // 2]
-            base.setdefault(prompt.id, out.tokens)
-            identical.append(out.tokens == base[prompt.id])
-            tokens, seconds, verifies = (
-                tokens + out.completion_tokens,
-                seconds + out.time_total,
-                verifies + out.verify_count,
-            )
+    block, name = load_dflash(draft, dtype), Path(draft).name
+    systems = [("baseline", "1,0,0,0", SpecEngine(target.model, eos_token_ids=eos))] + [
+        (name, chain(k), DFlashEngine(target.model, block, eos_token_ids=eos, drafted=k))
+        for k in ks or [block.config.drafted]
+    ]
+    base, per_prompt = {}, []
+    for system, config, engine in systems:
+        per_prompt += _timed(engine, prompts, settings, system, config, base)
+    meta = {"engine": "local", "engine_settings": {"dtype": settings.dtype}, "servers": [], "prompts": len(prompts)}
+    return {"meta": meta, "rows": _local_rows(per_prompt), "per_prompt": per_prompt}
+
+
+def _local_rows(per_prompt: list[dict]) -> list[dict]:
+    """One row per system and config over every prompt, its speedup against the baseline's tok/s."""
+    rows = []
+    for system, config in dict.fromkeys((r["system"], r["config"]) for r in per_prompt):
+        mine = [r for r in per_prompt if (r["system"], r["config"]) == (system, config)]
+        tokens, seconds = sum(r["completion_tokens"] for r in mine), sum(r["seconds"] for r in mine)
+        rounds = sum(r["drafts"] or 0 for r in mine)
         rows.append(
             {
                 "engine": "local",
-                "system": name,
-                "prompts": len(prompts),
+                "system": system,
+                "config": config,
+                "prompts": len(mine),
                 "tokens_per_s": tokens / seconds,
-                "accept_length": (tokens - len(prompts)) / verifies if verifies else 1.0,
-                "identical_rate": statistics.mean(identical),
+                "accept_length": (tokens - len(mine)) / rounds if rounds else 1.0,
+                "identical_rate": statistics.mean(r["identical"] for r in mine),
             }
         )
     for row in rows:
         row["speedup_vs_baseline"] = row["tokens_per_s"] / rows[0]["tokens_per_s"]
-    return {"rows": rows}
+    return rows

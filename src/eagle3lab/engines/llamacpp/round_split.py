@@ -13,7 +13,12 @@ From those: a round pays when its accept length beats t_round / t_step, so break
 t_step and 2x needs twice that; the measured tok/s at perfect acceptance (accept length k+1) says whether any draft,
 however good, can pay at k.
 
+An EAGLE-3 draft drafts its k tokens in k forwards; a DFlash draft folder (config.json `DFlashDraftModel`) is served
+with `--spec-type draft-dflash` (`dflash.serve`) and drafts them in one forward of the anchor and k masks, so its
+rest is one draft forward at any k (k up to block_size - 1: llama.cpp clamps a longer n-max to that).
+
     python -m eagle3lab.engines.llamacpp.round_split --draft drafts/smollm2-original-6960 [--max-steps 3]
+    python -m eagle3lab.engines.llamacpp.round_split --draft DFLASH_DRAFT_FOLDER --max-steps 3
 """
 
 from __future__ import annotations
@@ -53,11 +58,24 @@ def _verify_s(client: ServerClient, prompts, n_tokens: int) -> float:
     return statistics.median(times)
 
 
+def _engine(draft: str, target: str, max_steps: int) -> LlamaCpp:
+    """llama-server for the draft's kind: EAGLE-3 (a folder or a GGUF), or DFlash (its folder, exported on launch)."""
+    from eagle3lab.dflash.config import is_dflash
+
+    if not is_dflash(draft):
+        return LlamaCpp(target_spec=target)
+    from eagle3lab.dflash.serve import DFlashLlamaCpp, drafted
+
+    if max_steps > drafted(draft):  # llama.cpp would clamp n-max and time a shorter round under k's label
+        raise InputError(f"{draft}: a DFlash block drafts at most {drafted(draft)} tokens, not --max-steps {max_steps}")
+    return DFlashLlamaCpp(target_spec=target)
+
+
 def split_rounds(draft: str, target: str = DEFAULT_TARGET, *, max_steps: int = 3, prompts=None, tokens: int = 64):
     """The split for k = 1..max_steps: {"step_s", "rows": [{k, verify_s, round_s, rest_s, break_even, ...}]}."""
     from transformers import AutoTokenizer
 
-    engine = LlamaCpp(target_spec=target)
+    engine = _engine(draft, target, max_steps)
     gguf = engine.model(target)
     prompts = prompts or load_prompts(AutoTokenizer.from_pretrained(resolve(target)), ["mtbench"], None, 6)
     if any(len(p.ids) <= max_steps + 1 for p in prompts):
@@ -88,6 +106,7 @@ def split_rounds(draft: str, target: str = DEFAULT_TARGET, *, max_steps: int = 3
         )
     return {
         "engine": "llamacpp",
+        "spec_type": engine.spec_type,
         "target": str(gguf),
         "draft": str(draft),
         "prompts": len(prompts),
@@ -112,7 +131,7 @@ def format_split(split: dict) -> str:
     rows = [r | {f"{n}_ms": r[f"{n}_s"] * 1e3 for n in ("verify", "round", "rest")} for r in split["rows"]]
     return (
         f"llama.cpp plain step {split['step_s'] * 1e3:.1f} ms/token ({split['prompts']} prompts); per round at "
-        "n-max k, perfect synthetic acceptance:\n" + render_rows(rows, COLUMNS, details=False)
+        f"n-max k, perfect synthetic acceptance, {split['spec_type']}:\n" + render_rows(rows, COLUMNS, details=False)
     )
 
 
@@ -120,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m eagle3lab.engines.llamacpp.round_split", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--draft", required=True, help="draft folder (SGLang format) or draft GGUF")
+    parser.add_argument("--draft", required=True, help="EAGLE-3 draft folder or GGUF, or a DFlash draft folder")
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--max-steps", type=int, default=3, help="deepest n-max k")
     parser.add_argument("--max-new-tokens", type=int, default=64)
