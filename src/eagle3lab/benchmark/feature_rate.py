@@ -77,7 +77,8 @@ def measure(data: str, target_spec: str, records: int, batch_tokens: int, max_le
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m eagle3lab.benchmark.feature_rate", description=__doc__.split(":")[0]
+        prog="python -m eagle3lab.benchmark.feature_rate",
+        description="The feature cache's build rate against the target's own prefill on the same records.",
     )
     parser.add_argument("data", help="training conversations (JSONL), e.g. artifacts/regen/train.jsonl")
     parser.add_argument("--target", default=DEFAULT_TARGET)
