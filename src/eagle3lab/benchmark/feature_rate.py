@@ -22,7 +22,14 @@ import torch
 
 from eagle3lab.devices import resolve_dtype
 from eagle3lab.models.target import DEFAULT_TARGET, aux_hidden_indices, load_target
-from eagle3lab.train.features import FeatureCache, cache_key, length_groups, record_features, tokenize_file
+from eagle3lab.train.features import (
+    FeatureCache,
+    cache_key,
+    length_groups,
+    padded_batch,
+    record_features,
+    tokenize_file,
+)
 
 
 def _timed(fn, repeats: int) -> float:
@@ -38,9 +45,7 @@ def _timed(fn, repeats: int) -> float:
 
 def _prefill(model, rows, batch_tokens: int) -> None:
     for group in length_groups(rows, batch_tokens):
-        t = max(len(r) for r in group)
-        ids = torch.stack([torch.nn.functional.pad(r.input_ids, (0, t - len(r))) for r in group])
-        mask = (torch.arange(t)[None] < torch.tensor([len(r) for r in group])[:, None]).long()
+        ids, mask = padded_batch(group, "cpu")
         with torch.no_grad():
             model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
 

@@ -106,7 +106,7 @@ def logit_gap(model, ids: list[int], reference: list[int], other: list[int]) -> 
     return {"index": index, "logit_gap": float(logits[reference[index]] - logits[other[index]])}
 
 
-def _median_run(runs: list[Generation]) -> Generation:
+def median_run(runs: list[Generation]) -> Generation:
     """The repeat with the median wall time (its own time split)."""
     ordered = sorted(runs, key=lambda g: g.time_total)
     return ordered[(len(ordered) - 1) // 2]
@@ -183,7 +183,7 @@ def _run_prompt(target, prompt: Prompt, systems: list[System], settings: dict, b
                 "id": prompt.id,
                 "system": system.name,
                 "config": system.config,
-                "gen": _median_run(runs),
+                "gen": median_run(runs),
                 "identical": identical,
                 "divergence": None if identical else logit_gap(target.model, prompt.ids, reference, runs[0].tokens),
                 "times": [g.time_total for g in runs],

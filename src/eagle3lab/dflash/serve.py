@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from eagle3lab.benchmark.run import BenchSettings
+from eagle3lab.benchmark.run import BenchSettings, median_run
 from eagle3lab.benchmark.served import run_served_benchmark
 from eagle3lab.dflash.config import DFlashConfig
 from eagle3lab.engines.llamacpp.server import LlamaCpp
@@ -76,11 +76,7 @@ def _timed(engine, prompts, settings: BenchSettings, system: str, config: str, b
     engine.generate(prompts[0].ids, 8)  # warm-up
     out = []
     for prompt in prompts:
-        runs = sorted(
-            (engine.generate(prompt.ids, settings.max_new_tokens) for _ in range(settings.repeats)),
-            key=lambda g: g.time_total,
-        )
-        g = runs[(len(runs) - 1) // 2]
+        g = median_run([engine.generate(prompt.ids, settings.max_new_tokens) for _ in range(settings.repeats)])
         base.setdefault(prompt.id, g.tokens)
         depth = max(g.depth, 0)
         out.append(

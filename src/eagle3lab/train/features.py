@@ -145,6 +145,15 @@ def length_groups(rows: list[Tokenized], batch_tokens: int) -> list[list[Tokeniz
     return groups
 
 
+def padded_batch(group: list[Tokenized], device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A group's input ids right-padded to its longest record, and their attention mask (None for one record)."""
+    t = max(len(r) for r in group)
+    ids = torch.stack([torch.nn.functional.pad(r.input_ids, (0, t - len(r))) for r in group]).to(device)
+    if len(group) == 1:
+        return ids, None
+    return ids, (torch.arange(t)[None] < torch.tensor([len(r) for r in group])[:, None]).to(device, torch.long)
+
+
 def record_features(model, rows: list[Tokenized], indices: list[int], on_record=None, batch_tokens: int | None = None):
     """(aux fp16, final fp16, argmax int32) of each record, on the CPU, in `rows` order. By default one record per
     forward on the CPU (0.92 of the target's batched prefill rate there; batches were slower: docs/training.md) and
@@ -155,11 +164,7 @@ def record_features(model, rows: list[Tokenized], indices: list[int], on_record=
     groups = length_groups(rows, batch_tokens) if batch_tokens else [[r] for r in rows]
     found = {}
     for group in groups:
-        t = max(len(r) for r in group)
-        ids = torch.stack([torch.nn.functional.pad(r.input_ids, (0, t - len(r))) for r in group]).to(device)
-        mask = None
-        if len(group) > 1:
-            mask = (torch.arange(t)[None] < torch.tensor([len(r) for r in group])[:, None]).to(device, torch.long)
+        ids, mask = padded_batch(group, device)
         with torch.no_grad():
             out = forward_with_aux(model, ids, indices, attention_mask=mask)
         for b, r in enumerate(group):
