@@ -50,10 +50,10 @@ def test_fetched_data_matches_data_dvc():
     assert "up to date" in out.stdout, out.stdout
 
 
-def test_results_page_is_rendered_from_the_committed_metrics():
-    page = report.PAGE
-    assert page == ROOT / "docs" / "results.md"
-    assert report.update(page, report.render()) == page.read_text(), "run python -m eagle3lab.pipeline.report"
+def test_results_page_and_readmes_table_are_rendered_from_the_committed_metrics():
+    assert set(report.pages()) == {ROOT / "docs" / "results.md", ROOT / "README.md"}
+    for page, text in report.pages().items():
+        assert text == page.read_text(), f"{page.name}: run python -m eagle3lab.pipeline.report"
     assert report.main(["--check"]) == 0
 
 

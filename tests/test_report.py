@@ -134,10 +134,9 @@ def _row(engine, system, config, tok_s, accept=None):
     }
 
 
-def test_engines_table_sets_each_engine_at_its_fastest_config_or_says_do_not_speculate():
-    from eagle3lab.pipeline.report_engines import engines_table
-
-    metrics = {
+def _two_engines() -> dict:
+    """Stage 04's metrics in the local engine and llama.cpp: a final draft tuned in both, a bigger one."""
+    return {
         "final": {
             "meta": {"drafts": ["artifacts/drafts/final", "drafts/big"]},
             "rows": [  # the local engine's rows carry no engine name
@@ -161,6 +160,12 @@ def test_engines_table_sets_each_engine_at_its_fastest_config_or_says_do_not_spe
             "tuned": {"final": {"decision": "do not speculate"}, "big": {"decision": "1,1,1,2@0.5"}},
         },
     }
+
+
+def test_engines_table_sets_each_engine_at_its_fastest_config_or_says_do_not_speculate():
+    from eagle3lab.pipeline.report_engines import engines_table
+
+    metrics = _two_engines()
     rows = {(r["draft"], r["engine"]): r for r in engines_table(metrics)}
     assert set(rows) == {("final", "local"), ("final", "llamacpp"), ("big", "local"), ("big", "llamacpp")}
     local = rows["final", "local"]
@@ -169,6 +174,7 @@ def test_engines_table_sets_each_engine_at_its_fastest_config_or_says_do_not_spe
     losing = rows["final", "llamacpp"]  # slower than llama.cpp alone: the row is its baseline
     assert (losing["config"], losing["tokens_per_s"], losing["accept_length"]) == ("do not speculate", 80.0, None)
     assert (losing["tuned"], losing["tuned_vs_own_baseline"]) == ("do not speculate", None)
+    assert (losing["fastest_config"], losing["fastest_vs_own_baseline"]) == ("1,1,1,2", 0.75)
     assert rows["big", "llamacpp"]["tuned_vs_own_baseline"] == 84.0 / 80.0
     assert rows["big", "local"]["tuned"] is None  # stage 04 tunes only the final draft locally
 
@@ -216,3 +222,24 @@ def test_the_dflash_section_lists_each_engines_rows_without_the_local_rows_of_a_
     text = _dflash({"draft": "dflash-02200", "local": local, "llamacpp": served})
     assert "| local | all | dflash-02200 |" in text and "| llamacpp | mtbench | dflash-02200 |" in text
     assert "0.61" in text and "| local | mtbench | baseline" not in text and _dflash(None) == ""
+
+
+def test_readmes_table_sets_each_draft_at_tunes_pick_or_its_fastest_and_the_dflash_draft_beside():
+    from eagle3lab.pipeline.report_engines import what_pays
+
+    def dflash(engine, set_name, speed, accept):
+        return {"engine": engine, "set": set_name, "system": "dflash-00350", "config": "1,5,1,6",
+                "accept_length": accept, "speedup_vs_baseline": speed}  # fmt: skip
+
+    pooled = {k: v for k, v in dflash("local", "all", 0.8, 1.05).items() if k not in ("set", "config")}
+    served = [dflash("llamacpp", "mtbench", 0.33, 1.04), dflash("llamacpp", "gsm8k", 0.5, 1.1)]
+    metrics = _two_engines() | {
+        "dflash": {"draft": "dflash-00350", "local": {"rows": [pooled]}, "llamacpp": {"rows": served}}
+    }
+    lines = what_pays(metrics).splitlines()
+    assert lines[0] == "| draft | local engine | vLLM | llama.cpp |"
+    assert lines[2:] == [  # tune's pick locally, not the faster 1,2,4,10; no vLLM run; do not speculate with its best
+        "| final | 1.10x at `1,3,1,4`, accept 1.30 | - | do not speculate (best 0.75x at `1,1,1,2`, accept 1.40) |",
+        "| big | 1.50x at `1,3,1,4`, accept 1.90 | - | 1.05x at `1,1,1,2@0.5`, accept 1.50 |",
+        "| dflash-00350 | slower: 0.80x, accept 1.05, all sets | - | slower: 0.33x at `1,5,1,6`, accept 1.04 |",
+    ]

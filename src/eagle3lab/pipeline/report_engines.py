@@ -159,6 +159,8 @@ def engines_table(b: dict, set_name: str = "mtbench") -> list[dict]:
                     "vs_fastest_baseline": tok_s / fastest,
                     "tuned": pick,
                     "tuned_vs_own_baseline": picked["tokens_per_s"] / baselines[engine] if picked else None,
+                    "fastest_config": best["config"],
+                    "fastest_vs_own_baseline": best["tokens_per_s"] / baselines[engine],
                 }
             )
     return out
@@ -240,3 +242,41 @@ def _split(split: dict | None) -> str:
         )
         + "\n"
     )
+
+
+def _pays_cell(ratio: float, config: str | None, accept: float | None, tuned: str | None) -> str:
+    where = f"{ratio:.2f}x" + (f" at `{config}`" if config else "") + (f", accept {accept:.2f}" if accept else "")
+    if tuned == DO_NOT_SPECULATE:
+        return f"do not speculate (best {where})"
+    return f"slower: {where}" if ratio < 1 else where
+
+
+def what_pays(b: dict) -> str:
+    """README's table: each draft in each engine on MT-bench, at tune's pick where tune ran there and otherwise at
+    the fastest measured config, against that engine's own baseline; the DFlash draft at its whole block."""
+    shown = {"local": "local engine", **SERVED_TITLES}
+    grid: dict[str, dict[str, str]] = {}
+    for r in engines_table(b):
+        picked = r["tuned"] not in (None, DO_NOT_SPECULATE) and r["tuned_vs_own_baseline"] is not None
+        ratio, config = (
+            (r["tuned_vs_own_baseline"], r["tuned"]) if picked else (r["fastest_vs_own_baseline"], r["fastest_config"])
+        )
+        rows = b["final"]["rows"] if r["engine"] == "local" else b[r["engine"]]["rows"]
+        accept = next(
+            x["accept_length"]
+            for x in rows
+            if (x["set"], x["system"], x["config"], x.get("engine", "local"))
+            == ("mtbench", r["draft"], config, r["engine"])
+        )
+        grid.setdefault(r["draft"], {})[r["engine"]] = _pays_cell(ratio, config, accept, r["tuned"])
+    d = b.get("dflash") or {}
+    for engine in shown:
+        # the local DFlash bench pools its 12 prompts over the three sets; a served run has MT-bench's own rows
+        wanted = ("all", d.get("draft")) if engine == "local" else ("mtbench", d.get("draft"))
+        for x in (d.get(engine) or {}).get("rows", []):
+            if (x.get("set", "all"), x["system"]) == wanted and x.get("engine", engine) == engine:
+                cell = _pays_cell(x["speedup_vs_baseline"], x.get("config"), x["accept_length"], None)
+                pooled = ", all sets" if engine == "local" else ""
+                grid.setdefault(d["draft"], {})[engine] = cell + pooled
+    rows = [[draft, *(cells.get(e, "-") for e in shown)] for draft, cells in grid.items()]
+    return report_tables.table(["draft", *shown.values()], rows)
