@@ -188,11 +188,14 @@ def test_findings_table_leads_the_scaling_section_with_each_verdict():
         | {"unit": "prompts x seeds", "prompts": 444, "seeds": [2, 2], "verdict": "shown"},
         {"question": "conversations for 2x in local", "figure": "beyond the data", "low": "beyond the data"}
         | {"high": "beyond the data", "unit": "prompts", "prompts": 160, "seeds": 2, "verdict": "out of the data"},
+        {"question": "conversations for 1x in local", "figure": 95.2, "low": 85.7, "high": 112.2}
+        | {"unit": "prompts", "prompts": 120, "seeds": 2, "verdict": "shown"},
     ]
     text = findings({"findings": rows})
     assert text.startswith("### Findings")
     assert "| regenerated minus original answers | +0.050 | [+0.020, +0.080] | prompts x seeds |" in text
     assert "**shown**" in text and "**out of the data**" in text
+    assert "| conversations for 1x in local | 95 | [86, 112] |" in text  # a size, not a signed difference
 
 
 def test_the_lossless_column_counts_both_dtypes_and_lists_each_near_tie():

@@ -199,10 +199,11 @@ def _elsewhere(points: list[dict] | None, config: str) -> str:
     )
 
 
-def _figure_text(value) -> str:
+def _figure_text(value, is_size: bool) -> str:
+    """A finding's figure: a number of conversations as a size (95, 2,173), any other as a signed difference."""
     if isinstance(value, str):
         return value
-    return _size(value) if abs(value) >= 100 else f"{value:+.3f}"
+    return _size(value) if is_size else f"{value:+.3f}"
 
 
 def findings(s: dict) -> str:
@@ -210,11 +211,15 @@ def findings(s: dict) -> str:
     verdict ("shown" only where the interval excludes zero). Empty for a scaling.json written before it existed."""
     if not s.get("findings"):
         return ""
+
+    def text(f, value):
+        return _figure_text(value, f["question"].startswith("conversations for"))
+
     rows = [
         [
             f["question"],
-            _figure_text(f["figure"]),
-            "-" if f["low"] is None else f"[{_figure_text(f['low'])}, {_figure_text(f['high'])}]",
+            text(f, f["figure"]),
+            "-" if f["low"] is None else f"[{text(f, f['low'])}, {text(f, f['high'])}]",
             f["unit"],
             f["prompts"],
             f["seeds"],
