@@ -222,8 +222,15 @@ def test_the_dflash_section_lists_each_engines_rows_without_the_local_rows_of_a_
 
     local = {"rows": [{k: v for k, v in row("local", "dflash-02200", 0.8).items() if k != "set"}]}
     served = {"rows": [row("local", "baseline", 1.0), row("llamacpp", "dflash-02200", 0.61)]}
+    served["per_prompt"] = [  # each prompt timed: the draft at 0.6x and 0.62x its baseline
+        {"set": "mtbench", "id": f"mtbench/{i}", "system": system, "tokens_per_s": speed}
+        for i, base in enumerate([50.0, 80.0])
+        for system, speed in [("baseline", base), ("dflash-02200", base * (0.6 + 0.02 * i))]
+    ]
     text = _dflash({"draft": "dflash-02200", "local": local, "llamacpp": served})
     assert "| local | all | dflash-02200 |" in text and "| llamacpp | mtbench | dflash-02200 |" in text
+    assert "- llama.cpp: 0.61x its baseline [0.60, 0.62] over 2 prompts: slower, shown" in text
+    assert "- vLLM" not in text  # no vLLM run: no verdict
     assert "0.61" in text and "| local | mtbench | baseline" not in text and _dflash(None) == ""
 
 

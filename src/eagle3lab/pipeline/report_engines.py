@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+from eagle3lab.benchmark.comparisons import seeds_and_prompts, verdict
+from eagle3lab.benchmark.scaling import LEVEL
 from eagle3lab.benchmark.table import DO_NOT_SPECULATE
 from eagle3lab.engines.registry import SERVED_TITLES
 from eagle3lab.pipeline import report_tables
+
+SPEED_BOOTSTRAP = 2000  # draws: a report-time interval over a dozen prompts costs nothing
 
 
 def served(b: dict) -> str:
@@ -34,8 +40,35 @@ def _dflash(d: dict | None) -> str:
     head = ["engine", "set", "system", "config", "accept length", "tok/s", "vs baseline", "identical output"]
     return (
         f"\nThe DFlash draft {d['draft']} (one forward drafts a block) in each engine, against that engine's baseline "
-        "on the same prompts:\n\n" + report_tables.table(head, rows) + "\n"
+        "on the same prompts:\n\n" + report_tables.table(head, rows) + "\n" + _dflash_speed(d)
     )
+
+
+def _dflash_speed(d: dict) -> str:
+    """Each served engine's verdict on the DFlash draft's speed: its speed over the baseline's, prompt by prompt (the
+    served runs keep every prompt's timing), with a bootstrap interval over the prompts."""
+    lines = []
+    for engine, title in SERVED_TITLES.items():
+        runs = (d.get(engine) or {}).get("per_prompt", [])
+        timed = {(p["set"], p["id"], p["system"]): p["tokens_per_s"] for p in runs if p.get("engine", engine) == engine}
+        ratios = [timed[s, i, name] / timed[s, i, "baseline"] for s, i, name in timed if name == d["draft"]]
+        if not ratios:
+            continue
+        r = seeds_and_prompts(np.array(ratios) - 1, boot=SPEED_BOOTSTRAP, seed=0)
+        lines.append(
+            f"- {title}: {1 + r['mean']:.2f}x its baseline [{1 + r['low']:.2f}, {1 + r['high']:.2f}] over "
+            f"{r['prompts']} prompts: {_faster(r)}"
+        )
+    if not lines:
+        return ""
+    head = f"its speed over each served engine's baseline, prompt by prompt ({LEVEL:.0%} bootstrap interval, one run)"
+    return f"\nIs the DFlash draft faster? {head}:\n\n" + "\n".join(lines) + "\n"
+
+
+def _faster(r: dict) -> str:
+    if verdict(r["low"], r["high"]) == "not shown":
+        return "no difference shown"
+    return "faster, shown" if r["mean"] > 0 else "slower, shown"
 
 
 def diagnosis_llamacpp(rows: list[dict] | None, config: str) -> str:
