@@ -1,7 +1,7 @@
 """Render the results page (docs/results.md) and README's table of engines from metrics/*.json of the reference
 run, so neither can drift from the numbers. `python -m eagle3lab.pipeline.report` rewrites the blocks between the
-markers; `--check` exits 1 if
-stale; `--compare REFERENCE OTHER` sets two runs' headline figures (two metrics folders) side by side."""
+markers; `--check` exits 1 if stale; `--compare REFERENCE OTHER` sets two runs' headline figures (two metrics folders)
+side by side."""
 
 from __future__ import annotations
 

@@ -192,8 +192,10 @@ def engines_table(b: dict, set_name: str = "mtbench") -> list[dict]:
                     "vs_fastest_baseline": tok_s / fastest,
                     "tuned": pick,
                     "tuned_vs_own_baseline": picked["tokens_per_s"] / baselines[engine] if picked else None,
+                    "tuned_accept_length": picked["accept_length"] if picked else None,
                     "fastest_config": best["config"],
                     "fastest_vs_own_baseline": best["tokens_per_s"] / baselines[engine],
+                    "fastest_accept_length": best["accept_length"],
                 }
             )
     return out
@@ -290,17 +292,10 @@ def what_pays(b: dict) -> str:
     shown = {"local": "local engine", **SERVED_TITLES}
     grid: dict[str, dict[str, str]] = {}
     for r in engines_table(b):
-        picked = r["tuned"] not in (None, DO_NOT_SPECULATE) and r["tuned_vs_own_baseline"] is not None
-        ratio, config = (
-            (r["tuned_vs_own_baseline"], r["tuned"]) if picked else (r["fastest_vs_own_baseline"], r["fastest_config"])
-        )
-        rows = b["final"]["rows"] if r["engine"] == "local" else b[r["engine"]]["rows"]
-        accept = next(
-            x["accept_length"]
-            for x in rows
-            if (x["set"], x["system"], x["config"], x.get("engine", "local"))
-            == ("mtbench", r["draft"], config, r["engine"])
-        )
+        picked = r["tuned_vs_own_baseline"] is not None  # tune ran here and picked a shape it measured
+        which = "tuned" if picked else "fastest"
+        ratio, accept = r[f"{which}_vs_own_baseline"], r[f"{which}_accept_length"]
+        config = r["tuned"] if picked else r["fastest_config"]
         grid.setdefault(r["draft"], {})[r["engine"]] = _pays_cell(ratio, config, accept, r["tuned"])
     d = b.get("dflash") or {}
     for engine in shown:
