@@ -1,7 +1,6 @@
 """Repository invariants: clean notebooks, one environment described twice in step, data provably identical."""
 
 import ast
-import json
 import re
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from eagle3lab.paths import METRICS, NOTEBOOKS, ROOT
+from eagle3lab.paths import NOTEBOOKS, ROOT
 from eagle3lab.pipeline import report
 
 
@@ -79,47 +78,6 @@ def test_readme_is_a_short_front_door_with_the_answer_first():
     long = [p[:60] for p in _prose_paragraphs("\n".join(lines)) if len(p.split()) > PARAGRAPH_WORDS]
     assert not long, f"README paragraphs over {PARAGRAPH_WORDS} words: {long}"
     assert "://" not in "\n".join(lines), "README names nothing outside the repository"
-
-
-def _headline_figures() -> list[str]:
-    """README's headline figures as the committed metrics/ give them: the flags (stage 06), then the final and the
-    6,960 drafts locally at the best config and in vLLM at tune's pick, then plain llama.cpp (stage 04), MT-bench."""
-    diagnosis, bench = (json.loads((METRICS / f"{n}.json").read_text()) for n in ("diagnosis", "benchmark"))
-    modes = {m["mode"]: m for m in diagnosis["modes"]}
-
-    def mtbench(rows, system, config, engine=None):
-        return next(
-            r
-            for r in rows
-            if (r["set"], r["system"], r["config"]) == ("mtbench", system, config) and r.get("engine", engine) == engine
-        )
-
-    local = {d: mtbench(bench["final"]["rows"], d, bench["best_config"]) for d in ("final", "smollm2-original-6960")}
-    vllm = {d: mtbench(bench["vllm"]["rows"], d, t["decision"], "vllm") for d, t in bench["vllm"]["tuned"].items()}
-    llamacpp = mtbench(bench["llamacpp"]["rows"], "baseline", "1,0,0,0", "llamacpp")
-    two = [
-        modes["eagle"]["accept_length"],
-        modes["eagle"]["speedup_vs_baseline"],
-        modes["eagle3"]["accept_length"],
-        modes["eagle3"]["speedup_vs_baseline"],
-        local["final"]["accept_length"],
-        local["final"]["speedup_vs_baseline"],
-        vllm["final"]["speedup_vs_baseline"],
-        local["smollm2-original-6960"]["accept_length"],
-        local["smollm2-original-6960"]["speedup_vs_baseline"],
-        vllm["smollm2-original-6960"]["speedup_vs_baseline"],
-    ]
-    return [f"{x:.2f}" for x in two] + [f"{llamacpp['tokens_per_s']:.1f}", f"{llamacpp['speedup_vs_local']:.1f}"]
-
-
-def test_readme_headline_figures_are_the_committed_metrics():
-    """README's headline states exactly the figures metrics/ holds, in order, and nothing else with decimals."""
-    readme = (ROOT / "README.md").read_text()
-    headline = readme.split(HEADLINE, 1)[1].split("\n## ", 1)[0]
-    bench = json.loads((METRICS / "benchmark.json").read_text())
-    assert re.findall(r"(?<![\d.])(?<!\d,)(\d+\.\d+)(?!\d|,\d)", headline) == _headline_figures()
-    assert f"`{bench['best_config']}`" in headline
-    assert f"of the {bench['final']['meta']['prompts']} benchmarked" in headline
 
 
 def _links(path: Path) -> list[str]:
