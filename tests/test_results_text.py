@@ -9,7 +9,7 @@ import yaml
 
 from eagle3lab.paths import METRICS, ROOT
 from eagle3lab.pipeline.report_engines import engines_table
-from eagle3lab.pipeline.report_scaling import _size
+from eagle3lab.pipeline.report_scaling import _size, _size_with_interval
 from test_repo import HEADLINE
 
 # 1.20 and 155.6; not 1,260, a version's 0.32.0, a setting's T=0.7 or anything in a code span (checked as a phrase)
@@ -93,7 +93,6 @@ def _results_figures() -> tuple[list[str], list[str]]:  # long: one list in the 
     bench, scaling, diagnosis = _metrics("benchmark"), _metrics("scaling"), _metrics("diagnosis")
     seeds = yaml.safe_load((ROOT / "params.yaml").read_text())["scaling_curves"]
     commit, minutes = _repro_log()
-    modes = {m["mode"]: m for m in diagnosis["modes"]}
     simple = next(r for r in diagnosis["llamacpp"] if r["spec_type"] == "draft-simple")
     headline = _headline_figures()
     llamacpp_best = max(
@@ -123,7 +122,7 @@ def _results_figures() -> tuple[list[str], list[str]]:  # long: one list in the 
         f"{seeds['seeds_spec_tok_s']:.1f}",
         f"{seeds['seeds_accept_length']:.1f}",
         *minutes,
-        *(f"{modes[m][k]:.2f}" for m in ("eagle", "eagle3") for k in ("accept_length", "speedup_vs_baseline")),
+        *headline[:4],  # the flags
         f"{simple['accept_length']:.2f}",
         f"{simple['speedup_vs_baseline']:.2f}",
         headline[5],  # the final draft locally, in vLLM; the 6,960 draft locally, in vLLM
@@ -159,7 +158,7 @@ def _results_figures() -> tuple[list[str], list[str]]:  # long: one list in the 
         f"clean clone of {commit}",
         f"`{bench['tuned']['decision']}`",
         f"`{llamacpp_best['fastest_config']}`",
-        f"{_size(vllm_1x['figure'])} [{_size(vllm_1x['low'])}, {_size(vllm_1x['high'])}] conversations",
+        f"{_size_with_interval(vllm_1x['figure'], [vllm_1x['low'], vllm_1x['high']])} conversations",
         f"{_size(local_1x['figure'])} by the fit",
         "{:.0f}-{:.0f} ms a round".format(*(f(r["rest_s"] for r in split["rows"]) * 1000 for f in (min, max))),
         "{:.0f}-{:.0f} ms at k=1-3".format(*(f(final_rounds) * 1000 for f in (min, max))),
