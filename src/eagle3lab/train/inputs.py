@@ -32,7 +32,7 @@ class Inputs:
     train: Examples
     val: Examples | None
     cache_stats: dict
-    init_draft: Eagle3Draft | None = None  # the draft fine-tuning starts from (float32), its vocab `vocab`
+    init_draft: Eagle3Draft | None = None  # the draft fine-tuning starts from (float32); `vocab` is its own
 
 
 def _tokenize_and_vocab(cfg: TrainConfig, target, init_draft: Eagle3Draft | None) -> tuple:
