@@ -249,7 +249,8 @@ def run_benchmark(target=None, settings: BenchSettings | None = None, *, progres
     configs = list(dict.fromkeys([BASELINE.label] + [config_label(*parse_system_config(c)) for c in s.configs]))
     if s.threads:
         torch.set_num_threads(s.threads)
-    torch_dtype = getattr(torch, model_dtype(s))
+    dtype = model_dtype(s)
+    torch_dtype = getattr(torch, dtype)
     target = s.target if target is None else target
     if isinstance(target, str):
         target = load_target(target, dtype=torch_dtype, device=resolve_device(s.device))
@@ -270,7 +271,7 @@ def run_benchmark(target=None, settings: BenchSettings | None = None, *, progres
         for prompt in prompts:
             per_prompt += _run_prompt(target, prompt, systems, run, bar)
     meta = _meta(target, prompts, run) | {
-        "dtype": model_dtype(s),
+        "dtype": dtype,
         "configs": configs,
         "drafts": [str(d) for d in drafts] if len(configs) > 1 else [],
         "modes": list(s.modes),
