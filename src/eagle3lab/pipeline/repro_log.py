@@ -10,7 +10,6 @@ so a stage run by hand never writes into a reference run's log.
 from __future__ import annotations
 
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from eagle3lab import paths
+from eagle3lab.cpu import cpu_model
 from eagle3lab.io import InputError
 
 LOG = "metrics/repro.log"
@@ -28,13 +28,6 @@ ENV = "EAGLE3LAB_REPRO_LOG"  # the log a stage appends its minutes to (set by ma
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def _commit(root: Path) -> str:
@@ -51,7 +44,7 @@ def _commit(root: Path) -> str:
 def begin(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        f"# make repro began {_now()} at {_commit(paths.ROOT)} on {os.cpu_count()} cores: {_cpu()}\n"
+        f"# make repro began {_now()} at {_commit(paths.ROOT)} on {os.cpu_count()} cores: {cpu_model()}\n"
         f"# unix_start {int(time.time())}\n"  # floored: a run's total never reads below zero
         "# stage  ended  minutes\n"
     )
