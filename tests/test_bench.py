@@ -288,17 +288,3 @@ def test_lossless_rows_pair_each_float32_prompt_with_the_timed_runs_check_and_ne
         ("b", True, False),
     ]
     assert (rows[1]["departs_at"], rows[1]["logit_gap"]) == (17, 0.06) and rows[0]["departs_at"] is None
-
-
-def test_bench_and_tune_default_to_the_dtype_the_stages_time_in(monkeypatch):
-    """float32 by default made every draft look slower than the target on a CPU with native bf16."""
-    from eagle3lab import devices
-    from eagle3lab.benchmark.engine_choice import model_dtype
-    from eagle3lab.benchmark.run import BenchSettings
-    from eagle3lab.benchmark.tune import TuneSettings
-
-    for native, name in ((True, "bfloat16"), (False, "float32")):
-        monkeypatch.setattr(devices, "native_bf16_cpu", lambda native=native: native)
-        assert model_dtype(BenchSettings(device="cpu")) == model_dtype(TuneSettings("d", device="cpu")) == name
-        assert model_dtype(BenchSettings(device="cpu", dtype="float32")) == "float32"
-    assert bench_parser().parse_args([]).dtype == "auto"

@@ -1,16 +1,12 @@
 """The rules that depend on the machine: the model dtype `auto` resolves to, the target GGUF's weights llama.cpp
 regenerates with, and the yardstick of `eagle3lab regen bench` (a token's FLOPs from the model's config over the
-measured GEMM rate), and MKL's code path the package sets on import."""
-
-import os
-import subprocess
-import sys
+measured GEMM rate)."""
 
 import pytest
 from transformers import LlamaConfig
 
 from conftest import TINY_LLAMA
-from eagle3lab import cpu, devices
+from eagle3lab import devices
 from eagle3lab.engines.llamacpp.gguf import target_weights
 from eagle3lab.io import InputError
 from eagle3lab.regen.machine_limit import machine_limit, token_cost
@@ -62,47 +58,3 @@ def test_auto_backend_is_local_only_where_torch_has_amx(monkeypatch):
     monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})  # llama.cpp wins there
     assert resolve_backend("auto", "cpu") == "llamacpp"
     assert resolve_backend("openai", "cpu") == "openai"  # an explicit choice is kept
-
-
-CPUINFO = """processor\t: 0
-vendor_id\t: AuthenticAMD
-model name\t: AMD EPYC 7B13
-flags\t\t: fpu sse2 avx avx2 fma
-
-processor\t: 1
-vendor_id\t: GenuineIntel
-flags\t\t: avx512f amx_bf16
-"""
-
-
-def test_cpu_fields_are_the_first_processors(tmp_path):
-    (tmp_path / "cpuinfo").write_text(CPUINFO)
-    fields = cpu.cpu_fields(str(tmp_path / "cpuinfo"))
-    assert (fields["vendor_id"], fields["model name"]) == ("AuthenticAMD", "AMD EPYC 7B13")
-    assert fields["flags"].split() == ["fpu", "sse2", "avx", "avx2", "fma"]
-    assert cpu.cpu_fields(str(tmp_path / "absent")) == {}
-
-
-def test_mkl_code_path_is_avx2_on_amd_without_avx512():
-    assert cpu.mkl_code_path("AuthenticAMD", frozenset({"avx2", "fma"})) == "AVX2"
-    assert cpu.mkl_code_path("AuthenticAMD", frozenset({"avx2", "avx512f", "avx512_bf16"})) is None  # not measured
-    assert cpu.mkl_code_path("GenuineIntel", frozenset({"avx2", "fma"})) is None  # MKL picks well on Intel
-    assert cpu.mkl_code_path("AuthenticAMD", frozenset({"sse2"})) is None
-
-
-def test_set_mkl_code_path_keeps_a_users_value(monkeypatch):
-    monkeypatch.setattr(cpu, "cpu_fields", lambda: {"vendor_id": "AuthenticAMD", "flags": "avx2 fma"})
-    monkeypatch.delenv(cpu.MKL_ENV, raising=False)
-    cpu.set_mkl_code_path()
-    assert os.environ[cpu.MKL_ENV] == "AVX2"
-    monkeypatch.setenv(cpu.MKL_ENV, "COMPATIBLE")
-    cpu.set_mkl_code_path()
-    assert os.environ[cpu.MKL_ENV] == "COMPATIBLE"
-
-
-def test_importing_the_package_sets_this_cpus_mkl_code_path():
-    env = {k: v for k, v in os.environ.items() if k != cpu.MKL_ENV}
-    code = "import os, eagle3lab; print(os.environ.get('MKL_CBWR'))"
-    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    expected = cpu.mkl_code_path(cpu.cpu_fields().get("vendor_id", ""), cpu.cpu_flags())
-    assert shown.strip() == str(expected)

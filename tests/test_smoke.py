@@ -58,8 +58,6 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     partners = {d["matched_to"] for d in drafts.values() if d["responses"] in paired_kinds}
     assert partners <= {n for n, d in drafts.items() if d["responses"] == "regenerated"}
     assert all(d["answer_tokens"] > 0 and d["best"] for d in drafts.values())  # each exported at its held-out best
-    # the GPU draft fine-tuned at the largest scale beats that scale's fresh draft on held-out data: it ships
-    assert metrics["train"]["final_draft"] == "ablation-initdraftsmollm2-original-6960-draftvocabsize4096-00016"
     assert metrics["regen"]["sampled"]["temperature"] == 0.7 and metrics["regen"]["sampled"]["success"] > 0
     # stage 05 pairs each original, sampled and ablation draft with its partner over the evaluation prompts
     paired = {r["draft"] for r in metrics["scaling"]["paired"]}

@@ -347,44 +347,6 @@ def test_head_starts_fresh_unless_copied_from_the_target(setup):
     torch.testing.assert_close(copied.lm_head.weight, as_exported(target_head[copied.draft_ids]), rtol=0, atol=1e-6)
 
 
-def test_fine_tuning_starts_from_the_drafts_weights_and_keeps_its_vocabulary(setup):
-    from eagle3lab.models.target import load_target
-    from eagle3lab.models.vocab import build_vocab, count_tokens
-    from eagle3lab.train.features import tokenize_file
-    from eagle3lab.train.loop import run_identity
-
-    base = train_draft(config(setup, "ft-base", max_steps=2, val=None))["draft"]
-    # the held-out file as training data: a vocabulary built from it would differ from the draft's
-    tuned = config(setup, "ft", data=setup["val"], val=None, init_draft=base, max_steps=1, lr=1e-12)
-    tuned.check()
-    start, after = load_draft(base), load_draft(train_draft(tuned)["draft"])
-    assert torch.equal(after.draft_ids, start.draft_ids)
-    for name, weight in start.state_dict().items():
-        torch.testing.assert_close(after.state_dict()[name], weight, rtol=0, atol=1e-6, msg=name)
-    tokenizer = load_target(setup["target"]).tokenizer
-    records, _ = tokenize_file(setup["val"], tokenizer, 160)
-    own = build_vocab(count_tokens(((r.input_ids, r.loss_mask) for r in records), start.config.vocab_size), 128)
-    assert not torch.equal(own.ids, start.draft_ids)
-    # in the run's identity by content, so a changed draft is not resumed on
-    assert len(run_identity(tuned)["init_draft"]) == 1
-    assert "init_draft" not in run_identity(config(setup, "ft-base", max_steps=2, val=None))
-
-
-def test_fine_tuning_refuses_a_draft_its_settings_would_not_train(setup, tmp_path):
-    from eagle3lab.io import InputError
-    from eagle3lab.models.draft import save_draft
-
-    with pytest.raises(InputError, match=r"init_draft: .*nowhere/config.json is missing"):
-        config(setup, "ft-missing", init_draft=str(tmp_path / "nowhere")).check()
-    save_draft(make_draft(draft_vocab=128), tmp_path / "d")  # it reads target layers 1, 2 and 3
-    with pytest.raises(InputError, match=r"d/config.json: field draft_vocab_size is 128, the training settings say 64"):
-        config(setup, "ft-vocab", init_draft=str(tmp_path / "d"), draft_vocab_size=64).check()
-    with pytest.raises(InputError, match=r"field aux_layer_ids is \[1, 2, 3\], the training settings say None"):
-        config(setup, "ft-aux", init_draft=str(tmp_path / "d")).check()
-    with pytest.raises(InputError, match="init_head_from_target and init_layer_from_target start a fresh draft"):
-        config(setup, "ft-head", init_draft=str(tmp_path / "d"), init_head_from_target=True).check()
-
-
 def test_non_finite_loss_stops_with_step_and_batch(setup):
     with pytest.raises(TrainingError, match=r"non-finite .* step \d+, epoch 0, batch \d+") as e:
         train_draft(config(setup, "nan", lr=1e30, checkpoint_every=1, max_steps=20, val=None))
@@ -657,7 +619,7 @@ def test_train_runs_exports_drafts_and_the_final_one(setup):
         assert results[run.name]["data"]["loss_tokens"] == run.answer_tokens > 0
     assert export_final(results, artifacts) == "scale-00012"
     assert (artifacts / "drafts" / "final" / "config.json").exists()
-    drafts = train_metrics(results, artifacts, root, "scale-00012")["drafts"]
+    drafts = train_metrics(results, artifacts, root)["drafts"]
     assert [d["name"] for d in drafts] == [r.name for r in runs] and all((root / d["path"]).is_dir() for d in drafts)
     assert [(d["responses"], d["source"], d["matched_to"]) for d in drafts if d["responses"] != "regenerated"] == [
         ("original", None, "scale-00006"),

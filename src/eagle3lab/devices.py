@@ -7,13 +7,12 @@ GPU a torchrun rank uses) lives in one place.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import time
 
 import torch
-
-from eagle3lab.cpu import cpu_flags
 
 DEVICE_HELP = "auto (CUDA when present, else CPU), cpu, cuda or cuda:N"
 
@@ -39,6 +38,18 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     if index >= torch.cuda.device_count():
         raise DeviceError(f"device {spec!r}: only {torch.cuda.device_count()} CUDA device(s) here")
     return torch.device(text)
+
+
+@functools.cache  # read once a process: training asks at every step
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags as Linux lists them (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(
+                (frozenset(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), frozenset()
+            )
+    except OSError:
+        return frozenset()
 
 
 def native_bf16_cpu() -> bool:

@@ -1,9 +1,9 @@
 """Which engine a benchmark or tune runs in: `local` (our own engine, in-process) or a served engine from the
-registry, with the settings its launch line takes from the benchmark's; and the model dtype both run in."""
+registry, with the settings its launch line takes from the benchmark's."""
 
 from __future__ import annotations
 
-from eagle3lab.devices import resolve_device, resolve_dtype
+from eagle3lab.devices import resolve_device
 from eagle3lab.engines.base import Engine
 from eagle3lab.engines.registry import SERVED_TITLES, served_engine
 from eagle3lab.io import InputError
@@ -17,22 +17,6 @@ def engine_option(local_help: str, served_help: str):
     return option("local", f"local ({local_help}), vllm or llamacpp ({served_help})", choices=ENGINES)
 
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-def dtype_option():
-    """The `dtype` field of BenchSettings and TuneSettings. auto times what the stages time: float32 by default made
-    every draft look slower than the target on a CPU with native bf16."""
-    return option(
-        "auto", "model dtype (auto: bfloat16 where the device computes bf16 natively, else float32)", choices=DTYPES
-    )
-
-
-def model_dtype(settings) -> str:
-    """The settings' model dtype as a torch dtype name (`devices.resolve_dtype`)."""
-    return resolve_dtype(settings.dtype, settings.device)
-
-
 def eager_option():
     """The `eager` field of BenchSettings and TuneSettings (vLLM's compile mode)."""
     return option(False, "vllm: --enforce-eager instead of vLLM's default inductor compile")
@@ -43,7 +27,7 @@ def make_engine(settings) -> Engine:
     its GGUF is the wheel's own, so dtype does not apply)."""
     if settings.engine == "vllm":
         device = resolve_device(settings.device).type
-        return served_engine("vllm", dtype=model_dtype(settings), compile=not settings.eager, device=device)
+        return served_engine("vllm", dtype=settings.dtype, compile=not settings.eager, device=device)
     if settings.engine == "llamacpp":
         return served_engine("llamacpp", target_spec=settings.target)
     raise InputError(f"--engine: expected one of {', '.join(ENGINES)}, got {settings.engine!r}")

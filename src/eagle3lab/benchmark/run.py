@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from eagle3lab.benchmark.engine_choice import dtype_option, eager_option, engine_option, model_dtype
+from eagle3lab.benchmark.engine_choice import eager_option, engine_option
 from eagle3lab.benchmark.prompts import Prompt, load_prompts
 from eagle3lab.benchmark.systems import (
     DEFAULT_DRAFT,
@@ -31,6 +31,7 @@ from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import option
 
 DEFAULT_CONFIGS = ("1,0,0,0", "1,3,1,4", "1,5,1,6")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def split_list(text: str) -> list[str]:
@@ -79,7 +80,7 @@ class BenchSettings:
     )
     temperature: float = option(0.0, "sampling temperature (0: greedy)")
     repeats: int = option(1, "runs per prompt and system; times are medians")
-    dtype: str = dtype_option()
+    dtype: str = option("float32", "model dtype", choices=DTYPES)
     threads: int | None = option(None, "torch threads (default: torch's)")
     prompt_lookup_tokens: int = option(10, "tokens hf-prompt-lookup proposes per step")
     seed: int = option(0, "sampling seed")
@@ -249,8 +250,7 @@ def run_benchmark(target=None, settings: BenchSettings | None = None, *, progres
     configs = list(dict.fromkeys([BASELINE.label] + [config_label(*parse_system_config(c)) for c in s.configs]))
     if s.threads:
         torch.set_num_threads(s.threads)
-    dtype = model_dtype(s)
-    torch_dtype = getattr(torch, dtype)
+    torch_dtype = getattr(torch, s.dtype)
     target = s.target if target is None else target
     if isinstance(target, str):
         target = load_target(target, dtype=torch_dtype, device=resolve_device(s.device))
@@ -271,7 +271,7 @@ def run_benchmark(target=None, settings: BenchSettings | None = None, *, progres
         for prompt in prompts:
             per_prompt += _run_prompt(target, prompt, systems, run, bar)
     meta = _meta(target, prompts, run) | {
-        "dtype": dtype,
+        "dtype": s.dtype,
         "configs": configs,
         "drafts": [str(d) for d in drafts] if len(configs) > 1 else [],
         "modes": list(s.modes),

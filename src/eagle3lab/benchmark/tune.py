@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass
 import torch
 
 from eagle3lab.benchmark.costs import measure_forward_costs, read_costs
-from eagle3lab.benchmark.engine_choice import DTYPES, dtype_option, eager_option, engine_option, model_dtype
+from eagle3lab.benchmark.engine_choice import eager_option, engine_option
 from eagle3lab.benchmark.predict import rank_predictions
 from eagle3lab.benchmark.profile import CHAIN_DEPTH, TREE_TOPK, measure_profile
 from eagle3lab.benchmark.prompts import load_prompts
-from eagle3lab.benchmark.run import run_benchmark, split_list
+from eagle3lab.benchmark.run import DTYPES, run_benchmark, split_list
 from eagle3lab.benchmark.systems import eos_ids, load_bench_draft, parse_system_config
 from eagle3lab.benchmark.table import DO_NOT_SPECULATE, Column, render_rows
 from eagle3lab.devices import DEVICE_HELP, resolve_device
@@ -49,7 +49,7 @@ class TuneSettings:
     max_topk: int = option(TREE_TOPK, "widest branching to consider (and to profile)")
     max_ndraft: int = option(32, "most tokens verified per round to consider")
     repeats: int = option(1, "benchmark runs per prompt and system; times are medians")
-    dtype: str = dtype_option()
+    dtype: str = option("float32", "model dtype", choices=DTYPES)
     threads: int | None = option(None, "torch threads (default: torch's)")
     device: str = option("auto", f"where models run: {DEVICE_HELP}")
     engine: str = engine_option(
@@ -108,7 +108,7 @@ def _load(settings: TuneSettings):
         raise InputError(f"--dtype one of {DTYPES}; --max-steps, --max-topk >= 1 and --max-ndraft >= 2 ({settings})")
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    dtype = getattr(torch, model_dtype(settings))
+    dtype = getattr(torch, settings.dtype)
     target = load_target(settings.target, dtype=dtype, device=resolve_device(settings.device))
     draft = load_bench_draft(settings.draft, target, dtype)
     sets = None if settings.prompts else split_list(settings.sets)

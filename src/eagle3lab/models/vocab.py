@@ -63,12 +63,6 @@ def count_tokens(sequences: Iterable[tuple[torch.Tensor, torch.Tensor]], vocab_s
     return counts
 
 
-def fixed_vocab(ids: torch.Tensor, counts: torch.Tensor) -> DraftVocab:
-    """A draft's own vocabulary (fine-tuning keeps it: its head's rows are tied to it), reported on these counts."""
-    ids = torch.as_tensor(ids, dtype=torch.long).sort().values
-    return DraftVocab(ids=ids, vocab_size=counts.numel(), counts=counts.clone(), padded=0)
-
-
 def build_vocab(counts: torch.Tensor, draft_vocab_size: int) -> DraftVocab:
     """Top `draft_vocab_size` tokens by frequency (ties broken by lower id); when fewer distinct tokens were seen,
     pad with the lowest unused ids so the head keeps its configured size."""

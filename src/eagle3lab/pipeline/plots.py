@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import itertools
 import os
+import platform
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from eagle3lab.cpu import cpu_model
-
 
 def hardware() -> str:
     """One line naming the machine a figure was measured on."""
-    return f"{cpu_model()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
 
 
 EXTRAPOLATION = 10  # how far past the largest size measured a fit is drawn: benchmark.scaling.EXTRAPOLATION's decade

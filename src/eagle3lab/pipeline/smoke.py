@@ -24,10 +24,10 @@ def pipeline_stages(dvc_file: Path | None = None) -> list[str]:
 
 
 def prepare_root(scratch: Path, params_file: Path = SMOKE_PARAMS) -> Path:
-    """A scratch repository root: shared notebooks, raw data, the committed drafts and params/ (files that params
-    name), its own params.yaml and outputs."""
+    """A scratch repository root: shared notebooks, raw data and params/ (files that params name), its own
+    params.yaml and outputs."""
     scratch.mkdir(parents=True, exist_ok=True)
-    for shared in ("notebooks", "data", "drafts", "params"):
+    for shared in ("notebooks", "data", "params"):
         link = scratch / shared
         if not link.exists():
             link.symlink_to(paths.ROOT / shared)

@@ -8,8 +8,6 @@ from pathlib import Path
 
 from eagle3lab.devices import DEVICE_HELP, resolve_device, resolve_dtype
 from eagle3lab.io import InputError
-from eagle3lab.models.checkpoint import DraftFormatError, read_json
-from eagle3lab.models.draft_config import DraftConfig
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import option
 
@@ -80,13 +78,6 @@ class TrainConfig:
     init_layer_from_target: int | None = option(
         None, "start the draft's decoder layer from this target layer (e.g. -1: the last; default: fresh)"
     )
-    # Fine-tuning: a draft trained elsewhere (the GPU drafts of drafts/, on more data) trains on this data. It keeps
-    # its draft vocabulary, which its head's rows are tied to; the data's token counts still report coverage.
-    init_draft: str | None = option(
-        None,
-        "start from this EAGLE-3 draft folder: its weights and its draft vocabulary (fine-tuning; draft_vocab_size "
-        "and aux_layer_ids must match its config.json)",
-    )
     # Greedy verification accepts a drafted token when it is the target's argmax; 1 - sum(min(p, q)) (the total
     # variation between the target's and the draft's distributions) is one minus the acceptance rate of speculative
     # sampling, a smooth stand-in that forward KL alone does not optimise (REFERENCE.md: +3-8% elsewhere).
@@ -135,23 +126,3 @@ class TrainConfig:
             raise InputError(f"training data {self.data} does not exist")
         if self.val and not Path(self.val).exists():
             raise InputError(f"held-out data {self.val} does not exist")
-        if self.init_draft:
-            self.check_init_draft()
-
-    def check_init_draft(self) -> None:
-        """The draft fine-tuning starts from is one these settings would train: refused before the target loads."""
-        where = Path(self.init_draft) / "config.json"
-        if self.init_head_from_target or self.init_layer_from_target is not None:
-            raise InputError(
-                f"init_draft {self.init_draft}: init_head_from_target and init_layer_from_target start a fresh "
-                "draft; a fine-tuned one starts from its own weights"
-            )
-        try:
-            config = DraftConfig.from_sglang(read_json(where), where=str(where))
-        except DraftFormatError as e:
-            raise InputError(f"init_draft: {e}") from None
-        for name in ("draft_vocab_size", "aux_layer_ids"):
-            if getattr(config, name) != getattr(self, name):
-                raise InputError(
-                    f"{where}: field {name} is {getattr(config, name)}, the training settings say {getattr(self, name)}"
-                )

@@ -9,9 +9,8 @@ from pathlib import Path
 import torch
 
 from eagle3lab.io import InputError
-from eagle3lab.models.draft import Eagle3Draft, load_draft
 from eagle3lab.models.target import aux_hidden_indices, load_target
-from eagle3lab.models.vocab import build_vocab, count_tokens, fixed_vocab
+from eagle3lab.models.vocab import build_vocab, count_tokens
 from eagle3lab.paths import ARTIFACTS
 from eagle3lab.train.batches import Examples
 from eagle3lab.train.config import TrainConfig
@@ -32,19 +31,17 @@ class Inputs:
     train: Examples
     val: Examples | None
     cache_stats: dict
-    init_draft: Eagle3Draft | None = None  # the draft fine-tuning starts from (float32); `vocab` is its own
 
 
-def _tokenize_and_vocab(cfg: TrainConfig, target, init_draft: Eagle3Draft | None) -> tuple:
+def _tokenize_and_vocab(cfg: TrainConfig, target) -> tuple:
     records, data_stats = tokenize_file(cfg.data, target.tokenizer, cfg.max_len, cfg.max_records)
     if not records:
         raise InputError(f"{cfg.data}: no record has assistant tokens to train on")
     val_records, val_stats = (
         tokenize_file(cfg.val, target.tokenizer, cfg.max_len, cfg.val_max_records) if cfg.val else ([], None)
     )
-    counts = count_tokens(((r.input_ids, r.loss_mask) for r in records), target.vocab_size)
-    vocab = (
-        build_vocab(counts, cfg.draft_vocab_size) if init_draft is None else fixed_vocab(init_draft.draft_ids, counts)
+    vocab = build_vocab(
+        count_tokens(((r.input_ids, r.loss_mask) for r in records), target.vocab_size), cfg.draft_vocab_size
     )
     val_counts = (
         count_tokens(((r.input_ids, r.loss_mask) for r in val_records), target.vocab_size) if val_records else None
@@ -53,16 +50,14 @@ def _tokenize_and_vocab(cfg: TrainConfig, target, init_draft: Eagle3Draft | None
 
 
 def load_inputs(cfg: TrainConfig, env: Dist, device: torch.device) -> Inputs:
-    """Load the target (fp32, on `device`) and the draft fine-tuning starts from, tokenize, build the draft vocab (or
-    keep that draft's) and, offline, the feature cache."""
+    """Load the target (fp32, on `device`), tokenize, build the draft vocab and, offline, the feature cache."""
     target = load_target(cfg.target, device=device)
     indices = aux_hidden_indices(target.num_layers, cfg.aux_layer_ids)
-    init = load_draft(cfg.init_draft, target, dtype=torch.float32) if cfg.init_draft else None
-    records, data_stats, val_records, val_stats, vocab, vocab_report = _tokenize_and_vocab(cfg, target, init)
+    records, data_stats, val_records, val_stats, vocab, vocab_report = _tokenize_and_vocab(cfg, target)
     if cfg.online:
         train = Examples(records, device=device)
         val = Examples(val_records, device=device) if val_records else None
-        return Inputs(target, indices, vocab, vocab_report, data_stats, val_stats, train, val, {}, init)
+        return Inputs(target, indices, vocab, vocab_report, data_stats, val_stats, train, val, {})
     root = Path(cfg.features_cache) if cfg.features_cache else ARTIFACTS / "features"
     # bf16 features where the draft autocasts to bf16: the precision the stages regenerate and serve in, and 2.8x
     # fp32's target forward on an AMX CPU (the target stays fp32: the draft's embedding and head start from it)
@@ -81,7 +76,7 @@ def load_inputs(cfg: TrainConfig, env: Dist, device: torch.device) -> Inputs:
     env.barrier()
     train = Examples(records, cache, data_stats["records"], device=device)
     val = Examples(val_records, val_cache, val_stats["records"], device=device) if val_cache is not None else None
-    return Inputs(target, indices, vocab, vocab_report, data_stats, val_stats, train, val, cache_stats, init)
+    return Inputs(target, indices, vocab, vocab_report, data_stats, val_stats, train, val, cache_stats)
 
 
 def with_features(batch: dict, inputs: Inputs, online: bool) -> dict:

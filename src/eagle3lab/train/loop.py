@@ -18,7 +18,6 @@ import torch
 from eagle3lab.decoding.offline import draft_hits, last_answer, walk
 from eagle3lab.devices import clock, resolve_device
 from eagle3lab.io import InputError, atomic_path, read_jsonl, sha256_file, write_json, write_jsonl
-from eagle3lab.models.checkpoint import weight_files
 from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
 from eagle3lab.train.batches import Examples, make_batches
 from eagle3lab.train.config import TrainConfig
@@ -43,7 +42,7 @@ METRICS = "metrics.jsonl"
 RESUMABLE = {"output", "resume", "progress", "threads", "checkpoint_every", "features_cache", "online", "device"}
 RESUMABLE |= {"live_dir"}
 # Settings added after runs were checkpointed without them: in a run's identity only when set, so those runs resume.
-ADDED_LATER = {"init_layer_from_target": None, "acceptance_loss_weight": 0.0, "init_draft": None}
+ADDED_LATER = {"init_layer_from_target": None, "acceptance_loss_weight": 0.0}
 
 
 class TrainingError(RuntimeError):
@@ -51,14 +50,10 @@ class TrainingError(RuntimeError):
 
 
 def build_draft(cfg: TrainConfig, inputs: Inputs, device: torch.device) -> tuple[Eagle3Draft, torch.Tensor]:
-    """The draft on `device`, fresh and shaped like one target layer or the one fine-tuning starts from, and the
-    target's head rows over the draft vocab."""
+    """A fresh draft shaped like one target layer, on `device`, and the target's head rows over the draft vocab."""
     model = inputs.target.model
-    ids = inputs.vocab.ids
-    head = model.get_output_embeddings().weight[ids.to(device)].detach()
-    if inputs.init_draft is not None:  # its vocabulary is inputs.vocab (train.inputs)
-        return inputs.init_draft.train().to(device), head
     draft = Eagle3Draft(DraftConfig.from_target(model.config, cfg.draft_vocab_size, cfg.aux_layer_ids))
+    ids = inputs.vocab.ids
     with torch.no_grad():
         draft.embed_tokens.weight.copy_(model.get_input_embeddings().weight)
         draft.set_vocab(ids)
@@ -67,7 +62,7 @@ def build_draft(cfg: TrainConfig, inputs: Inputs, device: torch.device) -> tuple
             draft.norm.weight.copy_(model.model.norm.weight)
         if cfg.init_layer_from_target is not None:
             draft.midlayer.copy_target_layer(model.model.layers[cfg.init_layer_from_target])
-    return draft.to(device), head
+    return draft.to(device), model.get_output_embeddings().weight[ids.to(device)].detach()
 
 
 def evaluate(draft, examples: Examples, head, cfg: TrainConfig, inputs: Inputs) -> dict:
@@ -112,8 +107,6 @@ def run_identity(cfg: TrainConfig) -> dict:
     ident = {k: v for k, v in ident.items() if k not in ADDED_LATER or v != ADDED_LATER[k]}
     ident["data"] = sha256_file(cfg.data)
     ident["val"] = sha256_file(cfg.val) if cfg.val else None
-    if cfg.init_draft:  # by content, not path: the folder may move, and a changed draft is not resumed on
-        ident["init_draft"] = [sha256_file(f) for f in weight_files(Path(cfg.init_draft))]
     return ident
 
 

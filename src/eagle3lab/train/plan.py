@@ -69,11 +69,6 @@ def _ablation(spec, k: int) -> tuple[int, dict]:
     return spec["scale"], overrides
 
 
-def _short(value) -> str:
-    """A lever's value in a draft's name: a folder by its last part (init_draft: drafts/NAME -> NAME)."""
-    return Path(value).name if isinstance(value, str) and "/" in value else str(value)
-
-
 def _field(path: Path, name: str, kind=str) -> list:
     """Field `name` of every record of a JSONL file, in file order (ids as strings)."""
     return [str(require(row, name, f"{path}: record {i + 1}", kind)) for i, row in enumerate(read_jsonl(path))]
@@ -225,7 +220,7 @@ def plan_runs(
     runs += _source_runs(regen, original_data, source_drafts)
     for k, spec in enumerate(ablations or []):
         scale, overrides = _ablation(spec, k)
-        label = "-".join(f"{key.replace('_', '')}{_short(value)}" for key, value in overrides.items())
+        label = "-".join(f"{key.replace('_', '')}{value}" for key, value in overrides.items())
         name = f"ablation-{label}-{scale:05d}"
         if scale > available:
             skipped.append(f"{name}: {available} regenerated conversations")

@@ -86,26 +86,12 @@ def train_runs(
     return results
 
 
-def held_out_accept(results: dict, name: str) -> float:
-    """A draft's best held-out accept length, averaged over it and its replicates (training seeds); -inf without
-    held-out data."""
-    picks = [r.get("best") for n, r in results.items() if n == name or r.get("replicate_of") == name]
-    scores = [best["accept_length"] for best in picks if best]
-    return sum(scores) / len(scores) if scores else float("-inf")
-
-
 def export_final(results: dict, artifacts: Path) -> str:
-    """Copy the final draft to artifacts/drafts/final; returns its name. It is the draft of the largest regenerated
-    scale or one of the ablations at that scale, whichever has the best held-out accept length (over its seeds; on a
-    tie the scale's own draft): the held-out conversations pick it, never the evaluation prompts."""
-    firsts = {n: r for n, r in results.items() if not r.get("replicate_of")}
-    regenerated = {n: r for n, r in firsts.items() if r["responses"] == "regenerated"}
+    """Copy the largest regenerated-data draft to artifacts/drafts/final; returns its name."""
+    regenerated = {n: r for n, r in results.items() if r["responses"] == "regenerated" and not r.get("replicate_of")}
     if not regenerated:
         raise InputError("no regenerated-data draft was trained: every scale exceeds the regenerated data")
-    largest = max(r["records"] for r in regenerated.values())
-    candidates = [n for n, r in regenerated.items() if r["records"] == largest]
-    candidates += [n for n, r in firsts.items() if r["responses"] == "ablation" and r["records"] == largest]
-    name = max(candidates, key=lambda n: held_out_accept(results, n))
+    name = max(regenerated, key=lambda n: regenerated[n]["records"])
     with atomic_path(artifacts / "drafts" / "final") as tmp:
         shutil.copytree(artifacts / "drafts" / name, tmp)
     return name
@@ -139,10 +125,9 @@ def summary_rows(results: dict) -> list[dict]:
     ]
 
 
-def train_metrics(results: dict, artifacts: Path, root: Path, final_name: str) -> dict:
-    """metrics/train.json: the final draft (its folder, and the name of the draft it copies) and every trained draft
-    (ablations carry the settings they change; `answer_tokens` are the target tokens of the assistant turns it trained
-    on, one pass; `best` the held-out pick)."""
+def train_metrics(results: dict, artifacts: Path, root: Path) -> dict:
+    """metrics/train.json: the final draft and every trained draft (ablations carry the settings they change;
+    `answer_tokens` are the target tokens of the assistant turns it trained on, one pass; `best` the held-out pick)."""
     drafts = []
     for name, r in results.items():
         entry = {
@@ -169,5 +154,4 @@ def train_metrics(results: dict, artifacts: Path, root: Path, final_name: str) -
         if r["overrides"]:
             entry["ablation"] = r["overrides"]
         drafts.append(entry)
-    final = str((artifacts / "drafts" / "final").relative_to(root))
-    return {"final": final, "final_draft": final_name, "drafts": drafts}
+    return {"final": str((artifacts / "drafts" / "final").relative_to(root)), "drafts": drafts}
