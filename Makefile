@@ -12,7 +12,7 @@ STAMP := $(VENV)/.eagle3lab-installed
 # and CLI they run. pytest took 504 s in a fresh clone, 417 s in the same clone with its bytecode kept (one run each).
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: setup data model vllm llamacpp specforge lint test repro smoke lab clean-venv
+.PHONY: setup data model vllm llamacpp specforge lint test repro smoke smoke-compare lab clean-venv
 
 setup: $(STAMP)
 
@@ -79,6 +79,11 @@ repro: setup data model vllm llamacpp
 
 smoke: setup data model llamacpp
 	$(BIN)/python -m eagle3lab.pipeline.smoke
+
+# Two smoke roots (python -m eagle3lab.pipeline.smoke --root DIR), output by output, timings excluded: exit 0 when a
+# code change altered no output. make smoke-compare A=/tmp/smoke-before B=/tmp/smoke-after
+smoke-compare: setup
+	$(BIN)/python -m eagle3lab.pipeline.smoke_compare $(A) $(B)
 
 # Rooted at the repository: notebooks/ to run, reports/ (executed notebooks) and figures/ to read. .jupyter/overrides.json
 # goes into the environment's JupyterLab defaults (its overrides.d), so README.md and docs/ open as Markdown Preview,

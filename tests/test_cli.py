@@ -70,3 +70,38 @@ def test_bench_help_says_what_bench_measures(capsys):
         "identical",
     ):
         assert said in text, said
+
+
+def _no_model(*args, **kwargs):
+    raise AssertionError("a model was loaded before the bad input was refused")
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["acceptance", "drafts/does-not-exist"], "eagle3lab acceptance: DRAFT drafts/does-not-exist: nothing there"),
+        (["acceptance", "README.md"], "eagle3lab acceptance: DRAFT README.md: a file, not a folder"),
+        (["acceptance", "drafts"], "eagle3lab acceptance: DRAFT drafts: no config.json in this folder"),
+        (["acceptance", "--depths", "3,x", "drafts/smollm2-original-6960"], "eagle3lab acceptance: --depths '3,x'"),
+        (["bench", "--draft", "README.md"], "eagle3lab bench: --draft README.md: a file, not a folder"),
+        (["tune", "--draft", "nowhere"], "eagle3lab tune: --draft nowhere: nothing there"),
+        (
+            ["bench", "--configs", "1,3,x,4", "--draft", "drafts/smollm2-original-6960"],
+            "eagle3lab bench: config '1,3,x,4': expected four integers",
+        ),
+        (["monitor", "nowhere.jsonl"], "eagle3lab monitor: "),
+        (["regen", "--input", "nowhere.jsonl", "--output", "out.jsonl"], "eagle3lab regen: input nowhere.jsonl"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_bad_input_is_one_line_naming_the_command_and_what_is_wrong_exit_2(argv, says, capsys, monkeypatch, tmp_path):
+    """One error path for every command: no traceback, the command's own flag or argument named, and paths checked
+    before any model loads."""
+    import eagle3lab.models.target
+
+    monkeypatch.setattr(eagle3lab.models.target, "load_target", _no_model)
+    if argv[0] == "regen":
+        argv = [a if a != "out.jsonl" else str(tmp_path / a) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(says), err

@@ -263,6 +263,24 @@ def test_no_spec_type_loads_the_draft_and_never_drafts(llamacpp, good_line, tmp_
     assert off.severity == WARNING and alone.exit_code == 0  # nothing said a draft was meant to run
 
 
+@pytest.mark.parametrize("spec_type", ["draft-eagle3", "draft-dflash", "draft-dspark", "draft-simple"])
+def test_a_draft_type_without_a_draft_serves_the_target_alone(llamacpp, good_line, tmp_path, spec_type):
+    """The seeds' bug once more: a line that asks for a draft type and names no draft starts without a complaint and
+    serves the target alone (no draft numbers in its timings, /slots: speculative false)."""
+    cmd = edited(good_line, {"--spec-type": spec_type}, drop=("-md",))
+    static = diagnose(launch=shlex.join(cmd))
+    [err] = checks(static, "draft", ERROR)
+    assert "names no draft" in err.title and "/slots reports speculative false" in text([err])
+    assert "-md DRAFT.gguf" in err.fix.splitlines()[0] and parse_launch(err.fix.splitlines()[1]).draft_path
+    assert not checks(static, "spec_params", OK)  # no "the draft proposes up to k tokens per round"
+    with serving(llamacpp, cmd, tmp_path) as (url, line), ServerClient(url, timeout=300) as client:
+        ids = client.http.post("/tokenize", json={"content": PROBE_PROMPTS[0]}).json()["tokens"]
+        answer, rounds = counted(llamacpp, url, lambda: llamacpp.complete(client, ids, 32))
+        assert answer.completion_tokens == 32 and rounds.drafts == 0  # it answers, at the target's own pace
+        live = diagnose(launch=line, server=url, **PROBES)
+    assert checks(live, "draft", ERROR) and checks(live, "speculation", ERROR) and live.exit_code == 1
+
+
 def test_layers_the_draft_was_not_trained_on_accept_nothing(llamacpp, good_line, top_level_ids, tmp_path):
     folder, gguf = top_level_ids
     cmd = edited(good_line, {"-md": str(gguf)})

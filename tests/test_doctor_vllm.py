@@ -306,6 +306,21 @@ def test_eagle_method_with_an_eagle3_draft_is_flagged_before_launch(vllm, smollm
     assert checks(fixed, "architecture", OK) and checks(fixed, "aux_layers", OK)
 
 
+def test_eagle3_without_a_draft_is_flagged_before_launch_and_vllm_refuses_it(vllm, smollm2_dir, tmp_path):
+    """A --speculative-config that asks for eagle3 and names no "model": vLLM 0.32 refuses to start, as the doctor
+    says before launch; the fix names the draft."""
+    cmd = vllm_line(vllm, smollm2_dir, ROOT / TRAINED_DRAFT, spec_edit=lambda s: s.pop("model"))
+    report = diagnose(launch=shlex.join(cmd))
+    [err] = checks(report, "draft", ERROR)
+    assert "names no draft" in err.title and "without speculative model" in text([err])
+    assert parse_launch(err.fix.splitlines()[1]).draft_path == "DRAFT"
+    cmd[cmd.index("--port") + 1] = str(free_port())
+    with pytest.raises(ServerError, match="exited with code"):
+        with vllm.serve(cmd, log_path=tmp_path / "server.log"):
+            pass
+    assert "num_speculative_tokens was provided but without speculative model" in (tmp_path / "server.log").read_text()
+
+
 def test_missing_k_and_short_draft_positions(vllm, smollm2_dir, tmp_path):
     draft = broken_draft(tmp_path / "short", config={"max_position_embeddings": 1024})
     cmd = vllm_line(vllm, smollm2_dir, draft, spec_edit=lambda s: s.pop("num_speculative_tokens"))

@@ -96,7 +96,11 @@ def test_local_run_skips_with_reasons_and_accounts(tmp_path, tiny_target, capsys
     acc = result.accounting
     assert acc.ok and acc.input == 15 and acc.errors == 0
     assert acc.success + acc.errors + acc.skipped == acc.input
-    assert "accounting: input 15 = success 7 + error 0 + skipped 8 [OK]" in capsys.readouterr().out
+    console = capsys.readouterr().out
+    assert "accounting: input 15 = success 7 + error 0 + skipped 8 [OK]" in console
+    # the console names the causes and the file that holds every reason, not only the accounting
+    causes = "malformed 2, bad-turn 1, duplicate 1, empty 1, no-conversations 1, over-length 1, starts-with-assistant 1"
+    assert f"regen: 8 skipped ({causes}); every reason in {tmp_path / 'out.skipped.jsonl'}" in console
     skipped = {r["id"]: r["reason"] for r in read_jsonl(tmp_path / "out.skipped.jsonl")}
     assert "exceeds the context of 320 tokens" in skipped["long"]
     kinds = {r["id"]: r["kind"] for r in read_jsonl(tmp_path / "out.skipped.jsonl")}

@@ -31,6 +31,8 @@ def repo(tmp_path, monkeypatch):
         "target = 'x'\nsize = 1\n",
         "import json, os\njson.dump({'target': target, 'size': size, 'cwd': os.getcwd()}, open('echo.json', 'w'))",
     )
+    # a second stage that reads the shared keys too: a `common` key is one that several stages read
+    make_notebook(tmp_path / "notebooks" / "06_peer.ipynb", "target = 'x'\nseed = 0\n", "")
     return tmp_path
 
 
@@ -68,12 +70,28 @@ def test_a_shared_key_no_stage_declares_is_an_error(repo, capsys):
     assert not (repo / "echo.json").exists()
 
 
+def test_a_key_in_common_and_in_a_stage_section_is_an_error_naming_both_whichever_stage_runs(repo, capsys):
+    """The stage's value would win in silence; the check runs before any stage, not only the one that reads it."""
+    write_params(repo, {"common": {"target": "t"}, "echo": {"size": 5}, "peer": {"target": "u"}})
+    assert stages.main(["echo"]) == 1
+    err = capsys.readouterr().err
+    assert "key 'target' is set in section 'common' ('t') and in section 'peer' ('u'): keep one of the two" in err
+    assert not (repo / "echo.json").exists()
+
+
+def test_a_shared_key_that_one_stage_reads_belongs_in_that_stage_section(repo):
+    write_params(repo, {"common": {"target": "t", "size": 5}, "echo": {}})
+    with pytest.raises(stages.StageError, match="section 'common': key 'size' is read by stage 'echo' only: move it"):
+        stages.run_stage("echo")
+    assert not (repo / "echo.json").exists()
+
+
 def test_a_misspelled_or_malformed_section_is_an_error_and_other_tools_sections_are_accepted(repo):
     write_params(repo, {"common": {"target": "t"}, "echo": {"size": 5}, "ecoh": {"size": 6}, "xyz": {}})
     with pytest.raises(stages.StageError) as raised:
         stages.run_stage("echo")
     assert "params.yaml: unknown section(s) ['ecoh' (did you mean 'echo'?), 'xyz']" in str(raised.value)
-    assert "a stage's (echo)" in str(raised.value) and "'sglang'" in str(raised.value)
+    assert "a stage's (peer, echo)" in str(raised.value) and "'sglang'" in str(raised.value)
     write_params(repo, {"common": ["target"], "echo": {"size": 5}})
     with pytest.raises(stages.StageError, match="section 'common' should be a mapping of keys, got list"):
         stages.run_stage("echo")
@@ -94,7 +112,7 @@ def test_missing_section_and_unknown_stage(repo):
     write_params(repo, {"common": {"target": "t"}})
     with pytest.raises(stages.StageError, match="no section 'echo'"):
         stages.run_stage("echo")
-    with pytest.raises(stages.StageError, match="no notebook for stage 'nope'.*known stages: echo"):
+    with pytest.raises(stages.StageError, match="no notebook for stage 'nope'.*known stages: echo, peer"):
         stages.run_stage("nope")
 
 

@@ -14,10 +14,12 @@ import time
 
 import torch
 
+from eagle3lab.io import InputError
+
 DEVICE_HELP = "auto (CUDA when present, else CPU), cpu, cuda or cuda:N"
 
 
-class DeviceError(ValueError):
+class DeviceError(InputError):
     pass
 
 

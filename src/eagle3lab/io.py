@@ -1,12 +1,15 @@
-"""Small file helpers: atomic writes and JSONL reading with errors that name file, line and field."""
+"""Small file helpers: atomic writes, JSONL reading with errors that name file, line and field, and the one error path
+of every command (bad input exits 2, a failed run 1, each in one line)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +17,50 @@ from typing import Any
 
 
 class InputError(ValueError):
-    """Bad input: the message names the file, the record and the field."""
+    """Bad input: the message names the file, the record and the field (or the command's own flag)."""
+
+
+class RunFailed(RuntimeError):
+    """A run that could not finish (a server that died, training that failed, a stage's cell): the message says
+    what failed and where its log is."""
+
+
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+
+
+def command(prog: str):
+    """The one error path of every command's main(argv): bad input is one line on stderr naming the command and what
+    was wrong, exit 2; a run that failed, one line, exit 1; neither ever a traceback. Commands raise; only this
+    prints."""
+
+    def wrap(main):
+        @functools.wraps(main)
+        def run(argv: list[str] | None = None) -> int:
+            try:
+                return main(argv)
+            except InputError as e:
+                print(f"{prog}: {e}", file=sys.stderr)
+                return EXIT_BAD_INPUT
+            except RunFailed as e:
+                print(f"{prog}: {e}", file=sys.stderr)
+                return EXIT_FAILED
+
+        return run
+
+    return wrap
+
+
+def folder_argument(path: str | os.PathLike, flag: str, holds: str = "config.json") -> Path:
+    """A folder a command was given by `flag` (its own option name, or the positional's metavar), checked before any
+    model loads: InputError when nothing is there, when a file is there, or when the folder lacks `holds`."""
+    folder = Path(path)
+    if not folder.exists():
+        raise InputError(f"{flag} {folder}: nothing there")
+    if not folder.is_dir():
+        raise InputError(f"{flag} {folder}: a file, not a folder (one holding {holds})")
+    if holds and not (folder / holds).is_file():
+        raise InputError(f"{flag} {folder}: no {holds} in this folder")
+    return folder
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from eagle3lab.decoding.offline import draft_hits, walk
+from eagle3lab.io import InputError, command
 
 
 @dataclass
@@ -110,8 +111,19 @@ def sets_option(text: str) -> dict[str, int | None]:
     sets = {}
     for part in text.split(","):
         name, _, n = part.partition(":")
-        sets[name.strip()] = None if n in ("", "all") else int(n)
+        sets[name.strip()] = None if n in ("", "all") else int_list(n, f"--sets {name}")[0]
     return sets
+
+
+def int_list(text: str, flag: str) -> list[int]:
+    """A comma-separated list of positive integers given by `flag`, or an InputError naming it."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected positive integers, comma-separated") from None
+    if any(v < 1 for v in values):
+        raise InputError(f"{flag} {text!r}: expected positive integers, comma-separated")
+    return values
 
 
 def named(spec: str) -> tuple[str, str]:
@@ -120,9 +132,10 @@ def named(spec: str) -> tuple[str, str]:
     return name or Path(folder).name, folder
 
 
+@command("eagle3lab acceptance")
 def main(argv=None) -> int:
     from eagle3lab.benchmark.eval_set import DEFAULT_SETS, build_eval_set, summary
-    from eagle3lab.benchmark.systems import load_bench_draft
+    from eagle3lab.benchmark.systems import check_draft_folders, load_bench_draft
     from eagle3lab.cli import COMMANDS
     from eagle3lab.devices import resolve_device
     from eagle3lab.io import write_json
@@ -136,7 +149,7 @@ def main(argv=None) -> int:
         "--cache) and each round counts its draft tokens up to the first miss, as the engine's greedy verification "
         "does: no decoding, no timing, one target forward a prompt for every draft and depth.",
     )
-    parser.add_argument("drafts", nargs="+", help="draft folders (name=folder to label one)")
+    parser.add_argument("drafts", nargs="+", metavar="DRAFT", help="draft folders (name=folder to label one)")
     parser.add_argument("--target", default=DEFAULT_TARGET, help="target spec, model folder or HF id")
     parser.add_argument("--depths", default="3,5", help="comma-separated chain depths (steps), e.g. 3,5")
     parser.add_argument(
@@ -149,10 +162,11 @@ def main(argv=None) -> int:
     parser.add_argument("--output", help="write the table and the per-prompt rows to this JSON file")
     args = parser.parse_args(argv)
     sets = sets_option(args.sets)
-    depths = [int(d) for d in args.depths.split(",")]
+    depths = int_list(args.depths, "--depths")
+    check_draft_folders([folder for _, folder in map(named, args.drafts)], "DRAFT")  # before the target loads
     dtype = getattr(torch, args.dtype)
     target = load_target(args.target, dtype=dtype, device=resolve_device(args.device))
-    drafts = {name: load_bench_draft(folder, target, dtype) for name, folder in map(named, args.drafts)}
+    drafts = {name: load_bench_draft(folder, target, dtype, "DRAFT") for name, folder in map(named, args.drafts)}
     records = build_eval_set(target, args.cache, sets, args.max_new_tokens)
     rows = evaluate(drafts, target, records, depths)
     cut = len({r.prompt for r in rows if r.answer_cut})

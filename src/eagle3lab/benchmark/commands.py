@@ -4,20 +4,19 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from eagle3lab.benchmark.run import BenchSettings, format_table, run_benchmark
 from eagle3lab.benchmark.served import SERVED_COLUMNS, run_served_benchmark
+from eagle3lab.benchmark.systems import DEFAULT_DRAFT, check_draft_folders
 from eagle3lab.benchmark.table import render_rows
 from eagle3lab.benchmark.tune import TuneSettings, format_result
 from eagle3lab.benchmark.tune import tune as tune_locally
 from eagle3lab.benchmark.tune_engine import format_engine_result, tune_in_engine
 from eagle3lab.cli import COMMANDS
-from eagle3lab.io import InputError, write_json
+from eagle3lab.io import command, write_json
 from eagle3lab.options import add_options, from_options
-from eagle3lab.serving.client import ServerError
 
 # What each command's --help adds to its one-line summary (that summary's one home is `eagle3lab.cli.COMMANDS`).
 DETAILS = {
@@ -48,16 +47,8 @@ def tune_parser() -> argparse.ArgumentParser:
     return _parser("tune", TuneSettings)
 
 
-def _run(name: str, work) -> int:
-    """Run `work()` -> (result, text, output path or None): print the text, write the result; errors as exit codes."""
-    try:
-        result, text, output = work()
-    except (InputError, ValueError) as e:
-        print(f"eagle3lab {name}: {e}", file=sys.stderr)
-        return 2
-    except ServerError as e:  # a served engine that failed to start or died: its log's tail is in the message
-        print(f"eagle3lab {name}: {e}", file=sys.stderr)
-        return 1
+def _show(result: dict, text: str, output: str | None) -> int:
+    """Print a command's text and write its result where --output says."""
     print(text)
     if output:
         write_json(Path(output), result)
@@ -65,37 +56,35 @@ def _run(name: str, work) -> int:
     return 0
 
 
+@command("eagle3lab bench")
 def bench(argv: list[str]) -> int:
     """`eagle3lab bench`: the local benchmark, or one in a served engine."""
     args = bench_parser().parse_args(argv)
     settings = from_options(args, BenchSettings)
+    check_draft_folders(settings.drafts or [DEFAULT_DRAFT])
 
-    def work():
-        if settings.engine == "local":
-            result = run_benchmark(settings=settings, progress=not args.quiet)
-            return result, format_table(result), settings.output
-        result = run_served_benchmark(settings)
-        return result, render_rows(result["rows"], SERVED_COLUMNS), settings.output
-
-    return _run("bench", work)
+    if settings.engine == "local":
+        result = run_benchmark(settings=settings, progress=not args.quiet)
+        return _show(result, format_table(result), settings.output)
+    result = run_served_benchmark(settings)
+    return _show(result, render_rows(result["rows"], SERVED_COLUMNS), settings.output)
 
 
+@command("eagle3lab tune")
 def tune(argv: list[str]) -> int:
     """`eagle3lab tune`: tune in our engine, or in a served engine."""
     args = tune_parser().parse_args(argv)
     settings = from_options(args, TuneSettings)
+    check_draft_folders([settings.draft])
 
-    def work():
-        from eagle3lab.dflash.config import is_dflash
-        from eagle3lab.dflash.tune import tune_dflash
+    from eagle3lab.dflash.config import is_dflash
+    from eagle3lab.dflash.tune import tune_dflash
 
-        if is_dflash(settings.draft):  # a block drafter: its shape is k alone, in every engine (dflash.tune)
-            result = tune_dflash(settings)
-            return result, format_engine_result(result), settings.output
-        if settings.engine == "local":
-            result = tune_locally(settings, progress=not args.quiet)
-            return result, format_result(result), settings.output
-        result = tune_in_engine(settings) | {"settings": asdict(settings)}
-        return result, format_engine_result(result), settings.output
-
-    return _run("tune", work)
+    if is_dflash(settings.draft):  # a block drafter: its shape is k alone, in every engine (dflash.tune)
+        result = tune_dflash(settings)
+        return _show(result, format_engine_result(result), settings.output)
+    if settings.engine == "local":
+        result = tune_locally(settings, progress=not args.quiet)
+        return _show(result, format_result(result), settings.output)
+    result = tune_in_engine(settings) | {"settings": asdict(settings)}
+    return _show(result, format_engine_result(result), settings.output)

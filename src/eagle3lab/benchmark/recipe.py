@@ -14,15 +14,16 @@ import json
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from eagle3lab.benchmark import acceptance, comparisons, eval_set, findings
+from eagle3lab.benchmark.scaling import LEVEL
 from eagle3lab.benchmark.systems import load_bench_draft
 from eagle3lab.decoding.config import SpecConfig
 from eagle3lab.devices import resolve_dtype
 from eagle3lab.io import write_json
 from eagle3lab.models.target import load_target
 from eagle3lab.paths import ROOT
+from eagle3lab.pipeline.stages import load_params, notebook_for, stage_parameters
 from eagle3lab.train.answer_tokens import AnswerTokens
 from eagle3lab.train.plan import plan_runs, scale_name
 from eagle3lab.train.scales import in_input_order, train_runs
@@ -135,11 +136,12 @@ def page(payload: dict) -> str:
         f"Each lever changed alone against the shared recipe ({recipe}): {payload['scale']} regenerated "
         f"conversations, the same data, plan and step budget, {len(own)} training seeds each. Scored by exact "
         f"offline accept length at {payload['depth']} drafted tokens on {rows[0]['prompts']} evaluation prompts "
-        "([acceptance.md](acceptance.md)). Each interval is a 95% bootstrap over prompts and both sides' seeds; a "
-        "difference is shown only where it excludes zero. Regenerate this page: `python -m eagle3lab.benchmark.recipe` "
-        "after `make repro` (`--render` rewrites it from `metrics/recipe.json`).",
+        f"([acceptance.md](acceptance.md)). Each interval is a {LEVEL:.0%} bootstrap over prompts and both sides' "
+        "seeds; a difference is shown only where it excludes zero. Regenerate this page: "
+        "`python -m eagle3lab.benchmark.recipe` after `make repro` (`--render` rewrites it from "
+        "`metrics/recipe.json`).",
         "",
-        "| lever | accept length | minus shared recipe [95% interval] | verdict | steps | train tok/s "
+        f"| lever | accept length | minus shared recipe [{LEVEL:.0%} interval] | verdict | steps | train tok/s "
         "| vocab coverage |",
         "|---|---|---|---|---|---|---|",
         f"| shared recipe | {rows[0]['shared_recipe']:.3f} | | | {own[0]['steps']} | "
@@ -172,10 +174,13 @@ def page(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(root: Path, params: dict, scale: int) -> dict:
-    """Train, score and compare every lever: the payload of metrics/recipe.json."""
-    train = params["common"] | params["train_draft"]
-    bench = params["common"] | params["benchmark"]
+def run(root: Path, params_file: Path, scale: int) -> dict:
+    """Train, score and compare every lever: the payload of metrics/recipe.json. The stages' own parameters, checked
+    and merged as the stage runner does (a key in `common` and in a section is refused, never silently overridden)."""
+    params = load_params(params_file)
+    train, bench = (
+        stage_parameters(name, notebook_for(name), params, params_file) for name in ("train_draft", "benchmark")
+    )
     results = train_levers(root, train, scale, LEVERS)
     per_prompt = score(root, bench, list(results))
     paired, unmatched = comparisons.paired_comparisons(per_prompt, places(results), boot=BOOT, seed=train["seed"])
@@ -209,8 +214,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.render:
         root = Path(args.root).resolve()
-        params = yaml.safe_load(Path(args.params or root / "params.yaml").read_text())
-        write_json(Path(args.output), run(root, params, args.scale))
+        write_json(Path(args.output), run(root, Path(args.params or root / "params.yaml"), args.scale))
     Path(args.page).write_text(page(json.loads(Path(args.output).read_text())))
     print(Path(args.page).read_text())
     return 0

@@ -12,7 +12,7 @@ from eagle3lab.decoding.config import BASELINE, SpecConfig
 from eagle3lab.decoding.engine import SpecEngine
 from eagle3lab.decoding.generation import Generation
 from eagle3lab.devices import clock
-from eagle3lab.io import InputError
+from eagle3lab.io import InputError, folder_argument
 from eagle3lab.paths import ARTIFACTS
 
 DEFAULT_DRAFT = ARTIFACTS / "drafts" / "final"
@@ -79,20 +79,28 @@ def eos_ids(target) -> list[int]:
     return ids
 
 
-def load_bench_draft(path, target, dtype: torch.dtype):
-    """An SGLang-format draft folder on the target's device, or an InputError naming the folder."""
+def check_draft_folders(folders, flag: str = "--draft") -> list[Path]:
+    """The draft folders a command names, each checked before any model loads (eagle3lab.io.folder_argument, under
+    the command's own `flag`); the pipeline's final draft, the default, says how to make it when it is absent."""
+    checked = []
+    for folder in folders:
+        try:
+            checked.append(folder_argument(folder, flag))
+        except InputError as e:
+            made_by = " (the pipeline's final draft: run `dvc repro` or `eagle3lab train` first)"
+            raise InputError(f"{e}{made_by if Path(folder) == DEFAULT_DRAFT else ''}") from None
+    return checked
+
+
+def load_bench_draft(path, target, dtype: torch.dtype, flag: str = "--draft"):
+    """An SGLang-format draft folder on the target's device, or an InputError naming the folder by `flag`."""
     from eagle3lab.models.draft import load_draft
 
-    path = Path(path)
-    if not (path / "config.json").exists():
-        hint = (
-            " (the pipeline's final draft: run `dvc repro` or `eagle3lab train` first)" if path == DEFAULT_DRAFT else ""
-        )
-        raise InputError(f"--draft {path}: no draft there{hint}; pass --draft PATH to an SGLang-format draft folder")
+    (path,) = check_draft_folders([path], flag)
     try:
         draft = load_draft(path, target=target.model, dtype=dtype)
     except Exception as e:  # any unreadable file or shape mismatch: name the folder, keep the cause
-        raise InputError(f"--draft {path}: the draft does not load for this target: {e}") from e
+        raise InputError(f"{flag} {path}: the draft does not load for this target: {e}") from e
     return draft.to(next(target.model.parameters()).device).eval()
 
 

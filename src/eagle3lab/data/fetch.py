@@ -14,13 +14,13 @@ import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from eagle3lab.io import atomic_path, sha256_file
+from eagle3lab.io import RunFailed, atomic_path, command, sha256_file
 from eagle3lab.paths import DATA, cache_dir
 
 MANIFEST = Path(__file__).with_name("archives.json")
 
 
-class FetchError(RuntimeError):
+class FetchError(RunFailed):
     pass
 
 
@@ -115,7 +115,8 @@ def fetch(data_dir: Path = DATA, archive_dir: Path | None = None, only: list[str
     return written
 
 
-def main(argv: list[str]) -> int:
+@command("eagle3lab data")
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eagle3lab data", description=__doc__)
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser(
@@ -130,10 +131,6 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--only", nargs="*", help="archive names from the manifest")
     args = parser.parse_args(argv)
-    try:
-        for path in fetch(args.data_dir, args.archive_dir, args.only):
-            print(f"ok  {path}")
-    except FetchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    for path in fetch(args.data_dir, args.archive_dir, args.only):
+        print(f"ok  {path}")
     return 0

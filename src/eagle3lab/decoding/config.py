@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eagle3lab.io import InputError
+
 
 def max_draft_tokens(steps: int, topk: int) -> int:
     """Tokens a tree of this depth and branching can offer for verification, root included (SGLang's bound:
@@ -32,7 +34,7 @@ class SpecConfig:
         except ValueError:
             values = []
         if len(values) != 4:
-            raise ValueError(f"config '{text}': expected four integers bs,steps,topk,ndraft (e.g. 1,0,0,0 or 1,5,1,6)")
+            raise InputError(f"config '{text}': expected four integers bs,steps,topk,ndraft (e.g. 1,0,0,0 or 1,5,1,6)")
         config = cls(*values)
         config.validate()
         return config
@@ -52,25 +54,25 @@ class SpecConfig:
     def validate(self) -> None:
         """What this package's engine runs: batch 1, and a valid shape."""
         if self.batch_size != 1:
-            raise ValueError(f"config {self.label}: batch size {self.batch_size} is not supported yet (only 1)")
+            raise InputError(f"config {self.label}: batch size {self.batch_size} is not supported yet (only 1)")
         self.validate_shape()
 
     def validate_shape(self) -> None:
         """SGLang's rule for steps/topk/ndraft, whatever the batch (requests in flight on a server)."""
         if self.batch_size < 1:
-            raise ValueError(f"config {self.label}: batch size must be >= 1")
+            raise InputError(f"config {self.label}: batch size must be >= 1")
         if self.steps == 0:
             if self.topk or self.num_draft_tokens:
-                raise ValueError(f"config {self.label}: with 0 steps (no speculation) topk and ndraft must be 0")
+                raise InputError(f"config {self.label}: with 0 steps (no speculation) topk and ndraft must be 0")
             return
         if self.steps < 0 or self.topk < 1:
-            raise ValueError(f"config {self.label}: steps must be >= 0 and topk >= 1")
+            raise InputError(f"config {self.label}: steps must be >= 0 and topk >= 1")
         if self.topk == 1 and self.num_draft_tokens != self.steps + 1:
-            raise ValueError(
+            raise InputError(
                 f"config {self.label}: with topk 1 (a chain) ndraft must be steps + 1 = {self.steps + 1}, as in SGLang"
             )
         if not 2 <= self.num_draft_tokens <= self.max_draft_tokens:
-            raise ValueError(
+            raise InputError(
                 f"config {self.label}: ndraft must be between 2 and {self.max_draft_tokens} "
                 f"(1 + topk + (steps - 1) * topk^2) for steps {self.steps}, topk {self.topk}"
             )

@@ -90,8 +90,12 @@ class DraftInfo:
         return "unknown"
 
     def tensor(self, name: str):
-        """One (small) tensor loaded in full, e.g. d2t / t2d, or None when no weight file holds it."""
+        """One (small) tensor loaded in full, e.g. d2t / t2d, or None when no weight file holds it (imports torch)."""
         return self.checkpoint.tensor(name)
+
+    def array(self, name: str):
+        """`tensor` as a numpy array, read without torch from a .safetensors (what the doctor's checks use)."""
+        return self.checkpoint.array(name)
 
 
 def read_draft(path: str | Path) -> DraftInfo:

@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict
 
 from eagle3lab.doctor.diagnosis import DoctorSettings, diagnose
-from eagle3lab.doctor.launch import LaunchUsageError
+from eagle3lab.io import command
 from eagle3lab.options import add_options, from_options
 
 
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command("eagle3lab doctor")
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -50,11 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     if settings.probes < 0 or settings.probe_tokens < 1 or settings.timeout <= 0:
         print("eagle3lab doctor: --probes >= 0, --probe-tokens >= 1 and --timeout > 0 are required", file=sys.stderr)
         return 2
-    try:
-        report = diagnose(**asdict(settings))
-    except LaunchUsageError as e:
-        print(f"eagle3lab doctor: {e}", file=sys.stderr)
-        return 2
+    report = diagnose(**asdict(settings))
     print(report.to_json() if args.json else report.render())
     return report.exit_code
 

@@ -36,7 +36,12 @@ from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding, Report
 from eagle3lab.doctor.launch import Launch
 from eagle3lab.doctor.probe import ACCEPT_LOW, ProbeSettings
 from eagle3lab.doctor.reading import check_server, parse_launch
-from eagle3lab.doctor.settings import check_context_length, check_launch_vs_draft_path, check_spec_params
+from eagle3lab.doctor.settings import (
+    check_context_length,
+    check_draft_named,
+    check_launch_vs_draft_path,
+    check_spec_params,
+)
 from eagle3lab.doctor.vocab import check_draft_vocab
 from eagle3lab.engines.registry import ENGINES
 from eagle3lab.options import option
@@ -194,21 +199,36 @@ def diagnose(
     return Report(findings=findings, inputs=inputs)
 
 
+# files an engine serves as a draft or a target (llama.cpp's GGUFs): every other file named as one is a mistake
+ENGINE_FILE_SUFFIXES = (".gguf",)
+
+
 def _missing_paths(parsed: Launch | None, draft, target) -> dict[str, Finding]:
-    """An error for each draft or target the inputs name by a local path with nothing at it, by path."""
+    """An error for each draft or target the inputs name by a local path with nothing usable at it (nothing, or a
+    file where a folder or a GGUF belongs), by path."""
     named = [("draft", draft, "--draft"), ("target", target, "--target")]
     if parsed is not None:
         for what, key in (("draft", "draft_path"), ("target", "model_path")):
             named.append((what, getattr(parsed, key), f"the launch line's {parsed.flag(key)}"))
     missing = {}
     for what, spec, by in named:
-        if spec and str(spec) not in missing and missing_local_path(spec):
+        if not spec or str(spec) in missing:
+            continue
+        if missing_local_path(spec):
             missing[str(spec)] = Finding(
                 what,
                 ERROR,
                 f"{what} {spec} does not exist",
                 [f"{by}: {spec}", f"a local path (not a hub id such as org/name), and nothing is at {_absolute(spec)}"],
                 fix=f"point {by} at the {what} on this machine",
+            )
+        elif Path(spec).expanduser().is_file() and not str(spec).endswith(ENGINE_FILE_SUFFIXES):
+            missing[str(spec)] = Finding(
+                what,
+                ERROR,
+                f"{what} {spec} is a file, not a {what} folder (config.json + weights) or a .gguf",
+                [f"{by}: {spec}", f"{_absolute(spec)} is a file"],
+                fix=f"point {by} at the {what} folder, or at its .gguf for llama.cpp",
             )
     return missing
 
@@ -234,7 +254,8 @@ def _launch_findings(parsed: Launch, draft: str | Path | None) -> list[Finding]:
     if respelled:
         evidence.append("the other checks read the line as corrected below")
     launch = Finding("launch", sev, title, evidence, fix=shlex.join(parsed.argv) if respelled else None)
-    return [launch, *check_launch_vs_draft_path(parsed, str(draft) if draft else None)]
+    draft = str(draft) if draft else None
+    return [launch, *check_draft_named(parsed, draft), *check_launch_vs_draft_path(parsed, draft)]
 
 
 def _engine_files(launch: Launch | None, draft, target):

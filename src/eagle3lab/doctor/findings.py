@@ -70,6 +70,13 @@ class Report:
                 first, *rest = f.fix.splitlines()
                 lines.append(f"  fix:    {first}")
                 lines.extend(f"          {r}" for r in rest)
-        verdict = "errors found: the draft is not (fully) used as launched" if self.errors else "no errors"
+        launched = self.inputs.get("launch") or self.inputs.get("server")
+        verdict = (
+            "no errors"
+            if not self.errors
+            else "errors found: the draft is not (fully) used as launched"
+            if launched
+            else "errors found in the draft or target given"  # no launch line or server: nothing was launched
+        )
         lines += ["", f"exit {self.exit_code}: {verdict}"]
         return "\n".join(lines)

@@ -122,6 +122,7 @@ class LaunchSyntax:
     known: KnownFlags
     speculation_fix: str
     missing_spec_params: str | None = None  # why a line without steps/topk/num-draft-tokens fails, if it does
+    draft_placeholder = "DRAFT"  # what a fix names the draft by when none is at hand
 
     def flag(self, key: str) -> str:
         raise NotImplementedError
@@ -155,6 +156,12 @@ class LaunchSyntax:
     def draft_checks(self, launch: Launch, draft, target) -> list:
         """The engine's own static checks of a draft folder under this launch (findings)."""
         return []
+
+    def missing_draft(self, launch: Launch) -> list[str] | None:
+        """What the engine does with a line that asks for speculation and names no draft, as evidence lines read
+        from its pinned source (it serves the target alone, or refuses to start); None when the line's algorithm
+        needs no draft (n-gram, the target's own MTP layers) or one is named."""
+        return None
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Launch settings against the draft: the served context vs the draft's positions, steps/topk/num-draft-tokens (through
-eagle3lab.decoding.config, the one home of that rule), and --draft vs the draft the launch line serves."""
+eagle3lab.decoding.config, the one home of that rule), a line that asks for speculation and names no draft, and --draft
+vs the draft the launch line serves."""
 
 from __future__ import annotations
 
@@ -136,6 +137,24 @@ def _spec_mismatch(launch: Launch, spec: SpecConfig, ev: list[str]) -> Finding:
         ev,
         fix=fix_flags(launch, num_draft_tokens=topk + 1),
     )
+
+
+def check_draft_named(launch: Launch, draft_arg: str | None) -> list[Finding]:
+    """A line that asks for speculation and names no draft: each engine says what it then does (its LaunchSyntax's
+    missing_draft, read from its pinned source); --draft does not help, the engine never sees it."""
+    why = launch.syntax.missing_draft(launch) if launch.speculative else None
+    if not why:
+        return []
+    given = [f"--draft {draft_arg}: checked here, but the launch line does not pass it"] if draft_arg else []
+    return [
+        Finding(
+            "draft",
+            ERROR,
+            f"{launch.describe('algorithm')} asks for speculation and the line names no draft: it is not used",
+            [f"{launch.source}: {launch.describe('draft_path')}", *why, *given],
+            fix=fix_flags(launch, draft_path=draft_arg or launch.syntax.draft_placeholder),
+        )
+    ]
 
 
 def check_launch_vs_draft_path(launch: Launch, draft_arg: str | None) -> list[Finding]:

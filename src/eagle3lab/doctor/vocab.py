@@ -93,16 +93,18 @@ def _vocab_map(draft: DraftInfo, dvocab: int, tvocab: int) -> list[Finding]:
 
 
 def _map_consistency(draft: DraftInfo, d2t_shape, dvocab: int, tvocab: int) -> list[Finding]:
-    """d2t lands in the target vocab one-to-one, and t2d marks exactly the ids d2t reaches."""
-    import torch
+    """d2t lands in the target vocab one-to-one, and t2d marks exactly the ids d2t reaches (numpy arrays: the static
+    doctor imports no torch)."""
+    import numpy as np
 
-    ids = draft.tensor("d2t").long() + torch.arange(dvocab)
+    ids = draft.array("d2t").astype(np.int64) + np.arange(dvocab, dtype=np.int64)
     ev = [f"d2t {d2t_shape[0]} {d2t_shape[1]}: target ids {int(ids.min())}..{int(ids.max())}"]
     bad = []
     if int(ids.min()) < 0 or int(ids.max()) >= tvocab:
         bad.append(f"d2t maps draft ids outside the target vocab [0, {tvocab})")
-    if len(torch.unique(ids)) != dvocab:
-        bad.append(f"d2t maps {dvocab - len(torch.unique(ids))} draft ids onto target ids already taken")
+    taken = dvocab - len(np.unique(ids))
+    if taken:
+        bad.append(f"d2t maps {taken} draft ids onto target ids already taken")
     findings = []
     t2d_shape = draft.shapes.get("t2d")
     if t2d_shape is None:
@@ -118,11 +120,11 @@ def _map_consistency(draft: DraftInfo, d2t_shape, dvocab: int, tvocab: int) -> l
     elif t2d_shape[0] != [tvocab]:
         bad.append(f"t2d shape {t2d_shape[0]} != [target vocab {tvocab}]")
     else:
-        t2d = draft.tensor("t2d").bool()
+        t2d = draft.array("t2d").astype(bool)
         ev.append(f"t2d {t2d_shape[0]}: {int(t2d.sum())} target ids marked")
         if int(t2d.sum()) != dvocab:
             bad.append(f"t2d marks {int(t2d.sum())} target ids, draft_vocab_size is {dvocab}")
-        elif not bool(t2d[ids.clamp(0, tvocab - 1)].all()):
+        elif not bool(t2d[np.clip(ids, 0, tvocab - 1)].all()):
             bad.append("t2d and d2t disagree: some mapped target ids are not marked in t2d")
     if bad:
         return findings + [

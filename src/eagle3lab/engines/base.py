@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from eagle3lab.io import InputError
 from eagle3lab.serving.client import Completion, ServerClient
 from eagle3lab.serving.processes import Server
@@ -77,6 +75,8 @@ def parse_spec_counters(text: str, prefix: str) -> SpecCounters | None:
     """Speculation counters from Prometheus text, summed over engines: vLLM (`vllm:`) and llama.cpp (`llamacpp:`)
     both publish spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens and _num_accepted_tokens_per_pos
     {position}. None when the server exposes none (it does not speculate)."""
+    from prometheus_client.parser import text_string_to_metric_families  # a running server's: not the static doctor's
+
     totals: dict[str, float] = {}
     per_position: dict[int, float] = {}
     for family in text_string_to_metric_families(text):

@@ -3,6 +3,10 @@ model.safetensors, shards listed by model.safetensors.index.json (Hugging Face's
 pytorch_model*.bin (many published drafts). Reading headers never loads weights; every error names the file.
 
 Tensor names are normalised to SGLang's spelling (no `model.` prefix, `midlayer.` for `layers.0.`/`midlayers.0.`).
+
+Reading config.json, the headers and numpy arrays (`DraftCheckpoint.array`, what the doctor reads) imports no torch,
+so the static doctor does not pay for it; torch is imported only by what hands out or takes torch tensors
+(`DraftCheckpoint.tensor/tensors`, `load_state`, `write_checkpoint`) and to read a pytorch_model*.bin.
 """
 
 from __future__ import annotations
@@ -10,10 +14,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from eagle3lab.io import InputError, atomic_path
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -37,6 +44,8 @@ def normalise_key(key: str) -> str:
 def load_state(path: Path, what: str):
     """A torch file loaded safely (weights_only: plain tensors, dicts, lists, numbers and strings; no code runs); a
     foreign or corrupt file is an InputError naming it and saying what it should have been and why it is not."""
+    import torch
+
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # whatever torch raises for it
@@ -82,10 +91,38 @@ def _read_file(path: Path, names: set[str] | None) -> dict[str, torch.Tensor]:
             with safe_open(str(path), framework="pt") as st:
                 keys = st.keys()  # safe_open is not iterable
                 return {k: st.get_tensor(k) for k in keys if names is None or normalise_key(k) in names}
+        import torch
+
         state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)  # lazy: mmap
         return {k: v for k, v in state.items() if names is None or normalise_key(k) in names}
     except Exception as e:  # a corrupt or foreign file: say which one and why
         raise DraftFormatError(f"{path}: cannot read tensors ({e.__class__.__name__}: {e})") from None
+
+
+def _read_arrays(path: Path, names: set[str]) -> dict[str, np.ndarray]:
+    """_read_file's tensors as numpy arrays, without torch for a .safetensors (safetensors' numpy reader); a
+    pytorch_model*.bin, or a dtype numpy lacks (bfloat16: its values as float32), goes through torch."""
+    if path.suffix == ".safetensors":
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="numpy") as st:
+                keys = st.keys()  # safe_open is not iterable
+                keys = [k for k in keys if normalise_key(k) in names]
+                if all(st.get_slice(k).get_dtype() in _NUMPY_READS for k in keys):
+                    return {k: st.get_tensor(k) for k in keys}
+        except Exception as e:  # a corrupt or foreign file: say which one and why
+            raise DraftFormatError(f"{path}: cannot read tensors ({e.__class__.__name__}: {e})") from None
+    return {k: _numpy(v) for k, v in _read_file(path, names).items()}
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU torch tensor as a numpy array (a copy: a memory-mapped .bin is not kept open); a dtype numpy lacks
+    (bfloat16, float8) as float32, which holds its values exactly."""
+    try:
+        return tensor.numpy().copy()
+    except TypeError:  # numpy has no such dtype
+        return tensor.float().numpy()
 
 
 @dataclass
@@ -108,7 +145,7 @@ class DraftCheckpoint:
             try:
                 from safetensors import safe_open
 
-                with safe_open(str(path), framework="pt") as st:
+                with safe_open(str(path), framework="numpy") as st:  # headers only: torch is not needed
                     keys = st.keys()  # safe_open is not iterable
                     for name in keys:
                         part = st.get_slice(name)
@@ -132,8 +169,19 @@ class DraftCheckpoint:
             state.update({normalise_key(k): v for k, v in _read_file(path, None).items()})
         return state
 
+    def array(self, name: str) -> np.ndarray | None:
+        """One tensor by its normalised name as a numpy array (same values as `tensor`; bfloat16 as float32), or None
+        when no file holds it. Without torch from a .safetensors, unless the dtype is one numpy lacks (bfloat16)."""
+        for path in self.files:
+            found = _read_arrays(path, {name})
+            if found:
+                return next(iter(found.values()))
+        return None
+
 
 _SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "BOOL": "bool"}
+# safetensors dtypes its numpy reader returns as they are (bfloat16 and the float8s it refuses)
+_NUMPY_READS = {"BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "F32", "F64"}
 
 
 def _dtype_name(dtype) -> str:

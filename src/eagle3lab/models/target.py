@@ -1,5 +1,8 @@
 """Load a target model (embedded SmolLM2, a local folder, or a Hugging Face id) and capture the
-auxiliary hidden states an EAGLE-3 draft consumes, with SGLang's layer semantics."""
+auxiliary hidden states an EAGLE-3 draft consumes, with SGLang's layer semantics.
+
+Resolving a target (`resolve`, EMBEDDED, `aux_hidden_indices`) imports no torch: the static doctor and the commands'
+option parsing use them; torch and transformers are imported by what loads, converts or runs a model."""
 
 from __future__ import annotations
 
@@ -7,12 +10,13 @@ import importlib.util
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from eagle3lab.devices import resolve_device
 from eagle3lab.io import atomic_path
 from eagle3lab.paths import cache_dir
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,7 @@ def converted_dir(spec: str) -> Path:
 
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantize the GGUF once and save a plain safetensors folder, so later loads take under a second."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     log.info("converting %s to %s (one time, about 20 s)", gguf.name, out)
@@ -111,12 +116,15 @@ def resolve(spec: str) -> Path | str:
 
 
 def load_target(
-    spec: str = DEFAULT_TARGET, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu"
+    spec: str = DEFAULT_TARGET, dtype: torch.dtype | str = "float32", device: str | torch.device = "cpu"
 ) -> Target:
     """The target, frozen, in eval mode, on `device` (any eagle3lab.devices setting: auto, cpu, cuda, cuda:N).
 
     The library default stays the CPU so callers that feed CPU tensors keep working; commands pass their --device."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from eagle3lab.devices import resolve_device
 
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
@@ -193,6 +201,8 @@ class AuxCapture:
         self._handles = []
 
     def concat(self) -> torch.Tensor:
+        import torch
+
         return torch.cat([self.captured[k] for k in self.indices], dim=-1)
 
 

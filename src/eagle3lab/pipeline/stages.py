@@ -2,9 +2,10 @@
 section NAME, working directory the repository root, output reports/NN_NAME.ipynb.
 
 Papermill only warns about a parameter the notebook does not declare; here the whole params file is checked before
-running: every section is `common`, a stage or one of OTHER_SECTIONS, every `common` key is a parameter of some
-stage, every key of the stage's section one of its notebook's, and the notebook's parameters are all set. Each
-mismatch is an error naming the file, the section and the key (with the closest known name).
+running: every section is `common`, a stage or one of OTHER_SECTIONS, every `common` key is a parameter of two or
+more stages and set in no stage's section, every key of the stage's section one of its notebook's, and the
+notebook's parameters are all set. Each mismatch is an error naming the file, the section and the key (with the
+closest known name).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import nbformat
 import yaml
 
 from eagle3lab import paths
-from eagle3lab.io import atomic_path
+from eagle3lab.io import RunFailed, atomic_path, command
 from eagle3lab.pipeline import repro_log
 
 SHARED_SECTION = "common"
@@ -30,7 +31,7 @@ SHARED_SECTION = "common"
 OTHER_SECTIONS = {"sglang": "`eagle3lab sglang` (SGLang server settings, params/gpu-llama3-8b.yaml)"}
 
 
-class StageError(RuntimeError):
+class StageError(RunFailed):
     pass
 
 
@@ -93,9 +94,10 @@ def _named(names, known) -> str:
 
 
 def check_params(params: dict, params_file: Path, notebooks: Path | None = None) -> None:
-    """Refuse a section that is not `common`, a stage or one of OTHER_SECTIONS, a section that is not a mapping, and
-    a `common` key that no stage declares: a stage receives only the names its notebook declares, so a misspelled
-    section or shared key would otherwise be read past."""
+    """Refuse a section that is not `common`, a stage or one of OTHER_SECTIONS, a section that is not a mapping, a
+    `common` key that no stage declares (a stage receives only the names its notebook declares, so a misspelled
+    section or shared key would otherwise be read past), one that a single stage declares, and one that a stage's
+    section sets too."""
     declared = {stage: declared_parameters(nb) for stage, nb in stage_notebooks(notebooks).items()}
     sections = [SHARED_SECTION, *declared, *OTHER_SECTIONS]
     problems = []
@@ -111,12 +113,30 @@ def check_params(params: dict, params_file: Path, notebooks: Path | None = None)
             problems.append(f"section '{name}' should be a mapping of keys, got {type(params[name]).__name__}")
     parameters = {k for names in declared.values() for k in names}
     shared = params.get(SHARED_SECTION)
-    unshared = [k for k in shared if k not in parameters] if isinstance(shared, dict) else []
+    shared = shared if isinstance(shared, dict) else {}
+    unshared = [k for k in shared if k not in parameters]
     if unshared:
         problems.append(
             f"section '{SHARED_SECTION}': key(s) {_named(unshared, parameters)} are no stage's parameters (a stage's "
             f"parameters are the names its notebook's `parameters` cell assigns)"
         )
+    # A shared key is one that several stages read; one that a single stage reads belongs in that stage's section,
+    # where nothing else can set it.
+    single = {k: [s for s, names in declared.items() if k in names] for k in shared if k in parameters}
+    for key, readers in single.items():
+        if len(readers) == 1:
+            problems.append(
+                f"section '{SHARED_SECTION}': key '{key}' is read by stage '{readers[0]}' only: move it to section "
+                f"'{readers[0]}'"
+            )
+    # A key in both places would have two values and the stage's would win in silence: refuse it, naming both.
+    for stage in declared:
+        section = params.get(stage)
+        for key in [k for k in section if k in shared] if isinstance(section, dict) else []:
+            problems.append(
+                f"key '{key}' is set in section '{SHARED_SECTION}' ({shared[key]!r}) and in section '{stage}' "
+                f"({section[key]!r}): keep one of the two"
+            )
     if problems:
         raise StageError("\n".join(f"{params_file}: {p}" for p in problems))
 
@@ -136,9 +156,6 @@ def stage_parameters(stage: str, notebook: Path, params: dict, params_file: Path
             f"{params_file}: section '{stage}': key(s) {_named(unknown, declared)} are not parameters of "
             f"{notebook.name} (it declares: {', '.join(declared)})"
         )
-    overlap = [k for k in section if k in shared]
-    if overlap:
-        raise StageError(f"{params_file}: key(s) {overlap} are both in section '{stage}' and in '{SHARED_SECTION}'")
     values = {k: v for k, v in shared.items() if k in declared} | dict(section)
     missing = [k for k in declared if k not in values]
     if missing:
@@ -242,6 +259,7 @@ def run_stage(stage: str, params_file: Path | None = None, output: Path | None =
     return output
 
 
+@command("eagle3lab stage")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.stages", description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", help="stage name, e.g. dataset_survey (runs notebooks/NN_dataset_survey.ipynb)")
@@ -253,11 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(code_deps(notebook_for(args.stage))))
         return 0
     started = time.monotonic()
-    try:
-        out = run_stage(args.stage, args.params, args.output)
-    except StageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    out = run_stage(args.stage, args.params, args.output)
     repro_log.stage(args.stage, time.monotonic() - started)
     print(f"stage '{args.stage}' done: {out}")
     return 0

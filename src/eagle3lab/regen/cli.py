@@ -20,14 +20,13 @@ import argparse
 import signal
 import sys
 
-from eagle3lab.devices import DeviceError
-from eagle3lab.io import InputError
+from eagle3lab.io import command
 from eagle3lab.options import add_options, from_options
-from eagle3lab.regen.errors import NoServerError, RegenError
+from eagle3lab.regen.errors import NoServerError
 from eagle3lab.regen.run import regenerate
 from eagle3lab.regen.settings import RegenSettings
 
-EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_NO_SERVER = 0, 1, 2, 3
+EXIT_OK, EXIT_INCOMPLETE, EXIT_NO_SERVER = 0, 1, 3  # bad input: 2 (eagle3lab.io.command)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@command("eagle3lab regen")
 def main(argv: list[str] | None = None) -> int:
     # SIGTERM (kill, a cancelled job) unwinds like Ctrl-C, so a llama-server the command started is stopped, not
     # orphaned; the previous handler comes back after (tests call main in-process)
@@ -58,12 +58,9 @@ def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         result = regenerate(args.input, args.output, from_options(args, RegenSettings))
-    except NoServerError as e:
-        print(f"eagle3lab regen: error: {e}", file=sys.stderr)
+    except NoServerError as e:  # its own exit status: a run to retry once a server is up, not bad input
+        print(f"eagle3lab regen: {e}", file=sys.stderr)
         return EXIT_NO_SERVER
-    except (RegenError, InputError, DeviceError) as e:
-        print(f"eagle3lab regen: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
     return EXIT_OK if result.accounting.ok and not result.accounting.errors and not result.aborted else EXIT_INCOMPLETE
 
 

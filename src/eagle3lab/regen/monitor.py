@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle3lab.io import InputError, command
 from eagle3lab.regen.files import ERRORS_SUFFIX, PROGRESS_SUFFIX, SKIPPED_SUFFIX, side_path
 
 
@@ -118,6 +119,7 @@ def snapshot(out: str | os.PathLike, input: str | os.PathLike | None = None) -> 
     return Snapshot(success, errors, skipped, total, status, tokens_per_s, records_per_s, elapsed)
 
 
+@command("eagle3lab monitor")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="eagle3lab monitor", description=__doc__.split("\n\n")[0])
     p.add_argument("output", help="the OUT.jsonl of an `eagle3lab regen` run")
@@ -131,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             snap = snapshot(args.output, args.input)
         except FileNotFoundError as e:
-            print(f"eagle3lab monitor: error: {e}", file=sys.stderr)
-            return 2
+            raise InputError(str(e)) from None
         print(snap.line(), flush=True)
         if not args.follow or snap.status != "running" or time.monotonic() >= deadline:
             break

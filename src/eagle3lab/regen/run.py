@@ -8,6 +8,7 @@ input) or that regenerated nothing (every record skipped or failed) is a RegenEr
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -273,6 +274,12 @@ def _nothing_regenerated(acc: Accounting, files: RunFiles, input) -> RegenError:
     )
 
 
+def _skip_counts(files: RunFiles) -> str:
+    """The skipped file's records counted by cause, most frequent first, then by name: "malformed 2, empty 1"."""
+    counts = collections.Counter(row.get("kind", "unknown") for row in read_jsonl(files.skipped))
+    return ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
 def _report(result: RunResult, progress: Progress, files: RunFiles, s: RegenSettings, log) -> None:
     log(
         f"regen: {progress.records} records this run in {result.seconds:.1f} s, {result.tokens} new tokens "
@@ -284,5 +291,7 @@ def _report(result: RunResult, progress: Progress, files: RunFiles, s: RegenSett
             f"with --resume"
         )
     log(result.accounting.line())
+    if result.accounting.skipped:
+        log(f"regen: {result.accounting.skipped} skipped ({_skip_counts(files)}); every reason in {files.skipped}")
     if result.accounting.errors:
         log(f"regen: {result.accounting.errors} errors in {files.errors}; rerun with --resume to retry them")

@@ -15,10 +15,9 @@ import time
 from dataclasses import dataclass
 
 from eagle3lab.benchmark.engine_choice import ENGINES, make_engine
-from eagle3lab.io import InputError
+from eagle3lab.io import command
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import add_options, from_options, option
-from eagle3lab.serving.client import ServerError
 from eagle3lab.serving.processes import free_port
 
 
@@ -38,6 +37,7 @@ class ServeSettings:
     print_only: bool = option(False, "print the launch line and exit")
 
 
+@command("eagle3lab serve")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eagle3lab serve", description=__doc__.split("\n\n")[0])
     add_options(parser, ServeSettings)
@@ -60,6 +60,3 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     except KeyboardInterrupt:
         return 0
-    except (InputError, ServerError) as e:
-        print(f"eagle3lab serve: {e}", file=sys.stderr)
-        return 2 if isinstance(e, InputError) else 1

@@ -17,10 +17,12 @@ from typing import Any
 
 import httpx
 
+from eagle3lab.io import RunFailed
+
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")  # SGLang's name, then the one older releases use
 
 
-class ServerError(RuntimeError):
+class ServerError(RunFailed):
     """A server answered wrongly (HTTP status, not JSON, missing fields), or its process failed; the message says
     which URL and shows the answer. `status` is the HTTP status when there was one."""
 

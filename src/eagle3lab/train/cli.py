@@ -10,10 +10,10 @@ import logging
 import os
 import sys
 
-from eagle3lab.io import InputError
+from eagle3lab.io import command
 from eagle3lab.options import add_options, from_options
 from eagle3lab.train.config import TrainConfig
-from eagle3lab.train.loop import TrainingError, train_draft
+from eagle3lab.train.loop import train_draft
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,17 +28,11 @@ def parse_args(argv: list[str]) -> TrainConfig:
     return from_options(build_parser().parse_args(argv), TrainConfig)
 
 
+@command("eagle3lab train")
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        result = train_draft(cfg)
-    except InputError as e:
-        print(f"eagle3lab train: {e}", file=sys.stderr)
-        return 2
-    except TrainingError as e:
-        print(f"eagle3lab train: {e}", file=sys.stderr)
-        return 1
+    result = train_draft(cfg)
     if result["world_size"] == 1 or int(os.environ.get("RANK", "0")) == 0:
         v = result["final_val"]
         print(

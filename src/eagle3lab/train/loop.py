@@ -17,7 +17,7 @@ import torch
 
 from eagle3lab.decoding.offline import draft_hits, last_answer, walk
 from eagle3lab.devices import clock, resolve_device
-from eagle3lab.io import InputError, atomic_path, read_jsonl, sha256_file, write_json, write_jsonl
+from eagle3lab.io import InputError, RunFailed, atomic_path, read_jsonl, sha256_file, write_json, write_jsonl
 from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
 from eagle3lab.train.batches import Examples, make_batches
 from eagle3lab.train.config import TrainConfig
@@ -45,7 +45,7 @@ RESUMABLE |= {"live_dir"}
 ADDED_LATER = {"init_layer_from_target": None, "acceptance_loss_weight": 0.0}
 
 
-class TrainingError(RuntimeError):
+class TrainingError(RunFailed):
     pass
 
 

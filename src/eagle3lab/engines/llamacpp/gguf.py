@@ -20,7 +20,7 @@ from pathlib import Path
 from eagle3lab.engines.base import check_draft_folder
 from eagle3lab.engines.llamacpp.build import VERSION, source_dir
 from eagle3lab.engines.llamacpp.gguf_file import read_header
-from eagle3lab.io import InputError, atomic_path, write_json
+from eagle3lab.io import InputError, atomic_path, command, write_json
 from eagle3lab.paths import cache_dir
 from eagle3lab.serving.forkserver import Forkserver
 
@@ -285,6 +285,7 @@ def export_gguf(
     return out
 
 
+@command("eagle3lab export")
 def main(argv: list[str] | None = None) -> int:
     from eagle3lab.models.target import DEFAULT_TARGET
 
@@ -299,11 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", default=DEFAULT_TARGET, help="the target the draft serves (an embedded spec)")
     parser.add_argument("--out", help="output file (default: beside the draft folder, DRAFT.gguf)")
     args = parser.parse_args(argv)
-    try:
-        print(export_gguf(args.draft, args.target, args.out))
-    except InputError as e:
-        print(f"eagle3lab export: {e}", file=sys.stderr)
-        return 2
+    print(export_gguf(args.draft, args.target, args.out))
     return 0
 
 

@@ -9,16 +9,19 @@ import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 MAGIC = b"GGUF"
 SKIPPED_ARRAYS = "tokenizer.ggml."  # the vocabulary, its scores, types and merges: only their lengths are kept
 DEFAULT_ALIGNMENT = 32
 _STRING, _ARRAY = 8, 9
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-# ggml types whose tensor data numpy reads as is (the quantized ones are never read here)
-_TENSOR_DTYPES = {0: np.float32, 1: np.float16, 24: np.int8, 25: np.int16, 26: np.int32, 27: np.int64, 28: np.float64}
+# ggml types whose tensor data numpy reads as is (the quantized ones are never read here); numpy is imported by
+# tensor_values alone: reading a header (all the doctor's --help and most checks need) does without it
+_TENSOR_DTYPES = {0: "float32", 1: "float16", 24: "int8", 25: "int16", 26: "int32", 27: "int64", 28: "float64"}
 
 
 class GGUFFormatError(ValueError):
@@ -44,6 +47,8 @@ class GGUFHeader:
 
     def tensor_values(self, name: str) -> np.ndarray:
         """A copy of an unquantized tensor's values, flat."""
+        import numpy as np
+
         t = self.tensors[name]
         if t.ggml_type not in _TENSOR_DTYPES:
             raise GGUFFormatError(f"{self.path}: tensor {name} has ggml type {t.ggml_type}, not a plain number type")

@@ -28,12 +28,23 @@ OPTIONS = {
     "--draft-p-min": "p_min",
     "-c": "context_length",
     "--ctx-size": "context_length",
+    # a draft or target from a Hugging Face repo: downloaded into the same settings as -md / -m
+    "--spec-draft-hf": "draft_repo",
+    "-hfd": "draft_repo",
+    "-hfrd": "draft_repo",
+    "--hf-repo-draft": "draft_repo",
+    "-hf": "model_repo",
+    "-hfr": "model_repo",
+    "--hf-repo": "model_repo",
 }
 FLAGS = {setting: option for option, setting in reversed(OPTIONS.items())}  # each setting's first spelling
 DEFAULTS = {"n_max": 3, "n_min": 0, "p_min": 0.0}  # common_params_speculative
 # common_speculative_all_types_str()
 SPEC_TYPES = {"none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-cache"}
 SPEC_TYPES |= {"ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"}
+# The types that run a draft model: common_speculative_init enables draft-eagle3, -dflash and -dspark only with a draft
+# context, which only -md or --spec-draft-hf creates (draft-mtp builds its context on the target's own MTP layers).
+DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
 # Every option llama-server 11434 takes (common/arg.cpp: the common and server options, as its --help lists them),
 # less the removed ones it refuses (arg_removed); those with one replacement name it.
 _ALL_OPTIONS = """
@@ -154,7 +165,13 @@ def read_launch(launch: Launch) -> Launch:
     launch.draft_path = values.get("draft_path")
     spec = {key: _number(launch, key, values.get(key), type(default)) for key, default in DEFAULTS.items()}
     types = list(dict.fromkeys(types))
-    launch.spec_config = {"types": types, **spec, "metrics": metrics}
+    launch.spec_config = {
+        "types": types,
+        **spec,
+        "metrics": metrics,
+        "draft_repo": values.get("draft_repo"),
+        "model_repo": values.get("model_repo"),
+    }
     context = _number(launch, "context_length", values.get("context_length"), int)
     launch.context_length = context or None  # 0: the model's own context
     if types:
@@ -193,10 +210,25 @@ class LlamaCppSyntax(LaunchSyntax):
     engine = "llamacpp"
     known = KNOWN
     speculation_fix = f"-md DRAFT.gguf --spec-type {SPEC_TYPE}"
+    draft_placeholder = "DRAFT.gguf"
     _SETTINGS = {"algorithm": "spec_type", "num_steps": "n_max", "topk": "n_max", "num_draft_tokens": "n_max"}
 
     def _setting(self, key: str) -> str:
         return self._SETTINGS.get(key, key)
+
+    def missing_draft(self, launch: Launch) -> list[str] | None:
+        spec = launch.spec_config or {}
+        needs = [t for t in spec.get("types", []) if t in DRAFT_MODEL_TYPES]
+        # a target from a repo may ship its draft beside it (a sidecar llama.cpp downloads for these types)
+        if not needs or launch.draft_path or spec.get("draft_repo") or spec.get("model_repo"):
+            return None
+        return [
+            f"--spec-type {','.join(needs)} runs a draft model and the line names none (-md DRAFT.gguf or "
+            "--spec-draft-hf REPO)",
+            "llama.cpp 11434 enables a draft type only with a draft context (common_speculative_init) and says "
+            "nothing when it has none: the server starts, serves the target alone, and /slots reports speculative "
+            "false",
+        ]
 
     def flag(self, key: str) -> str:
         return FLAGS[self._setting(key)]

@@ -181,7 +181,7 @@ def check_spec_type(launch: Launch, draft: dict | None) -> list[Finding]:
 
 def check_draft_length(launch: Launch) -> list[Finding]:
     """--spec-draft-n-max / -n-min / -p-min: llama.cpp takes values under which no round drafts, or it aborts."""
-    if not launch.speculative:
+    if not launch.speculative or launch.syntax.missing_draft(launch):  # no draft runs: its length is moot
         return []
     spec = launch.spec_config
     n_max, n_min, p_min = spec["n_max"], spec["n_min"], spec["p_min"]

@@ -18,7 +18,7 @@ import httpx
 
 from eagle3lab.engines.sglang.bench import add_speedups, bench_server
 from eagle3lab.engines.sglang.launch import BASELINE_CONFIG, command_for_config, parse_config
-from eagle3lab.io import InputError, write_json
+from eagle3lab.io import InputError, command, write_json
 from eagle3lab.serving.client import ServerError
 from eagle3lab.serving.processes import start_server
 
@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command("eagle3lab sglang")
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -181,9 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             result["per_prompt"] += part["per_prompt"]
             result["meta"].setdefault("runs", []).append(part["meta"])
         add_speedups(result["rows"])
-    except (InputError, ServerError, httpx.HTTPError) as e:
-        print(f"eagle3lab.engines.sglang.cli: {e}", file=sys.stderr)
-        return 2 if isinstance(e, InputError) else 1
+    except httpx.HTTPError as e:  # a server that stopped answering: a failed run, as a ServerError is
+        raise ServerError(f"{url}: {e.__class__.__name__}: {e}") from None
     print(format_rows(result["rows"]))
     if args.output:
         write_json(args.output, result)

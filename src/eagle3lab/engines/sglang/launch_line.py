@@ -23,6 +23,8 @@ LAUNCH_FLAGS = {
 }
 _FIELDS = {name: key for key, names in LAUNCH_FLAGS.items() for name in names}
 # SGLang 0.5.23's speculative algorithms (SpeculativeAlgorithm and the NEXTN alias), read case-insensitively
+# Algorithms whose draft only --speculative-draft-model-path names (no fallback to the target's checkpoint).
+DRAFT_PATH_ALGORITHMS = {"EAGLE3", "STANDALONE", "DFLASH"}
 ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP", "NONE")
 # Every option SGLang 0.5.23's server takes (ServerArgs.add_cli_args, read from its wheel; argparse takes a unique
 # prefix for any), and --cuda-graph-max-bs: older SGLang reads it and the seeds' lines pass it (0.5.23 split it into
@@ -193,6 +195,18 @@ class SGLangSyntax(LaunchSyntax):
 
     def flag(self, key: str) -> str:
         return LAUNCH_FLAGS[key][0]
+
+    def missing_draft(self, launch: Launch) -> list[str] | None:
+        """EAGLE3, STANDALONE and DFLASH load the draft from --speculative-draft-model-path; EAGLE, NEXTN and DSPARK
+        fall back to the target's own checkpoint for targets that bundle MTP or DSpark layers, so only those three
+        are known to lack a draft from the line alone (SGLang 0.5.23, srt/arg_groups/speculative_hook.py)."""
+        if launch.draft_path or launch.algorithm not in DRAFT_PATH_ALGORITHMS:
+            return None
+        return [
+            f"SGLang 0.5.23 gives the draft worker --model-path only for targets that bundle MTP layers (DeepSeek-V3, "
+            f"GLM-4 MoE, ...; _handle_eagle_family); under {launch.algorithm} any other target's draft worker has no "
+            "model to load (DFLASH: 'requires setting --speculative-draft-model-path'), and the server fails to start"
+        ]
 
     def flags(self, launch: Launch, changes: dict[str, Any]) -> str:
         return " ".join(f"{self.flag(k)} {v}" for k, v in changes.items())

@@ -261,6 +261,11 @@ def _set_field(launch: Launch, field: str, name: str, value: str, span: tuple[in
     launch._spans[field] = span
 
 
+# SpeculativeConfig.__post_init__ (vLLM 0.32): the methods that run without a "model" (the target's own MTP or DSpark
+# layers, prompt lookup, suffix trees, hidden-state extraction)
+METHODS_WITHOUT_MODEL = {"mtp", "dspark", "ngram", "[ngram]", "ngram_gpu", "suffix", "extract_hidden_states"}
+
+
 def inferred_method(draft_path: str | None) -> str:
     """vLLM's guess when --speculative-config has no "method" (SpeculativeConfig.__post_init__): by the draft's name."""
     name = (draft_path or "").lower()
@@ -317,6 +322,17 @@ class VLLMSyntax(LaunchSyntax):
             return f'--speculative-config "{self._SPEC_KEYS[key]}": {json.dumps(spec.get(self._SPEC_KEYS[key]))}'
         value = getattr(launch, key)
         return f"{self.flag(key)} {value}" if value is not None else f"no {self.flag(key)}"
+
+    def missing_draft(self, launch: Launch) -> list[str] | None:
+        """vLLM 0.32's SpeculativeConfig takes the target itself as the draft for mtp and dspark, and needs no model
+        for n-gram, suffix and hidden-state extraction; every other method without "model" refuses to start."""
+        method = str((launch.spec_config or {}).get("method") or inferred_method(launch.draft_path))
+        if launch.draft_path or method in METHODS_WITHOUT_MODEL:
+            return None
+        return [
+            f'--speculative-config: method {method!r} and no "model": vLLM 0.32 refuses to start '
+            "('num_speculative_tokens was provided but without speculative model.', config/speculative.py)"
+        ]
 
     def aux_capture(self, config: dict, num_layers: int) -> tuple[list[int], str]:
         return aux_capture(config, num_layers)
