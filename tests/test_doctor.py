@@ -375,6 +375,52 @@ def test_missing_draft_and_target_options_are_errors_too(tmp_path, seeds):
     assert len(diagnose(launch=line, draft=tmp_path / "d").errors) == 1
 
 
+def test_a_file_given_as_a_draft_folder_says_so_and_no_launch_means_no_launch_verdict(capsys):
+    assert main(["--draft", "README.md"]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR   [draft] draft README.md is a file, not a draft folder (config.json + weights) or a .gguf" in out
+    assert "exit 1: errors found in the draft or target given" in out and "as launched" not in out
+
+
+SPEC = "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+
+
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        (f"python -m sglang.launch_server --model-path org/m --speculative-algorithm EAGLE3 {SPEC}", "fails to start"),
+        (f"python -m sglang.launch_server --model-path org/m --speculative-algorithm DFLASH {SPEC}", "fails to start"),
+        ("""vllm serve org/m --speculative-config '{"method": "eagle3", "num_speculative_tokens": 3}'""", "refuses"),
+        ("""vllm serve org/m --speculative-config '{"num_speculative_tokens": 3}'""", "refuses to start"),
+        ("llama-server -m t.gguf --spec-type draft-eagle3 --spec-draft-n-max 3", "serves the target alone"),
+        ("llama-server -m t.gguf --spec-type draft-simple,ngram-mod", "serves the target alone"),
+        ("llama-server -m t.gguf --spec-draft-n-max 3", "serves the target alone"),
+    ],
+)
+def test_a_line_that_asks_for_speculation_and_names_no_draft_is_an_error_with_the_fix(line, says):
+    """Each engine's own behaviour, read from its pinned source (and measured live in test_doctor_llamacpp and
+    test_doctor_vllm): none of these lines runs a draft."""
+    [err] = [f for f in diagnose(launch=line).errors if f.check == "draft"]
+    assert "names no draft" in err.title and says in " ".join(err.evidence)
+    fixed = parse_launch(err.fix.splitlines()[1])
+    assert fixed.draft_path in ("DRAFT", "DRAFT.gguf") and fixed.speculative
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "python -m sglang.launch_server --model-path org/m --speculative-algorithm NGRAM",
+        "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --speculative-algorithm EAGLE",  # MTP
+        """vllm serve org/m --speculative-config '{"method": "ngram", "num_speculative_tokens": 3}'""",
+        """vllm serve org/m --speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'""",
+        "llama-server -m t.gguf --spec-type ngram-mod",
+        "llama-server -m t.gguf -hfd org/draft --spec-type draft-eagle3",  # the draft from a repo
+    ],
+)
+def test_lines_whose_speculation_needs_no_named_draft_are_not_flagged(line):
+    assert not [f for f in diagnose(launch=line).findings if f.check == "draft" and f.severity == ERROR]
+
+
 # ---- the seeds' story ---------------------------------------------------------------------------------------------
 
 

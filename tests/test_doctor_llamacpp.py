@@ -107,6 +107,12 @@ def top_level_ids(top_level_ids_draft, converter, smollm2_dir):
     return draft, convert(converter, draft, Path(smollm2_dir), draft.parent / "draft.gguf")
 
 
+def chat_ids(client: ServerClient) -> list[int]:
+    """The first probe prompt in the target's chat template, as token ids (a bare prompt ends at once)."""
+    chat = client.http.post("/apply-template", json={"messages": [{"role": "user", "content": PROBE_PROMPTS[0]}]})
+    return client.http.post("/tokenize", json={"content": chat.json()["prompt"]}).json()["tokens"]
+
+
 @contextlib.contextmanager
 def serving(llamacpp, cmd: list[str], log_dir: Path):
     """A real llama-server for one case, on a fresh port; yields (its URL, the launch line as a string)."""
@@ -126,7 +132,14 @@ def test_llama_server_line_forms():
     assert a.engine == "llamacpp" and "environment" in a.notes[0] and len(a.notes) == 1
     assert (a.model_path, a.draft_path, a.algorithm, a.context_length) == ("/m/t.gguf", "/m/d.gguf", "EAGLE3", 4096)
     assert (a.num_steps, a.topk, a.num_draft_tokens) == (4, 1, 5)  # a chain: 4 drafted, 5 verified per round
-    assert a.spec_config == {"types": ["draft-eagle3"], "n_max": 4, "n_min": 1, "p_min": 0.5, "metrics": True}
+    assert a.spec_config == {
+        "types": ["draft-eagle3"],
+        "n_max": 4,
+        "n_min": 1,
+        "p_min": 0.5,
+        "metrics": True,
+        "draft_repo": None,
+    }
     b = parse_launch("llama-server -m t.gguf -md d.gguf -c 0")
     assert not b.speculative and b.context_length is None and b.spec_config["n_max"] == 3  # the defaults
     # --spec-type lists add up (one naming none adds nothing); the fix keeps one, where the last one was
@@ -251,9 +264,7 @@ def test_no_spec_type_loads_the_draft_and_never_drafts(llamacpp, good_line, tmp_
     [err] = checks(diagnose(launch=shlex.join(cmd)), "algorithm", ERROR)
     assert "no --spec-type" in err.title and "--spec-type draft-eagle3" in err.fix.splitlines()[1]
     with serving(llamacpp, cmd, tmp_path) as (url, line), ServerClient(url, timeout=300) as client:
-        chat = client.http.post("/apply-template", json={"messages": [{"role": "user", "content": PROBE_PROMPTS[0]}]})
-        ids = client.http.post("/tokenize", json={"content": chat.json()["prompt"]}).json()["tokens"]
-        answer, rounds = counted(llamacpp, url, lambda: llamacpp.complete(client, ids, 32))
+        answer, rounds = counted(llamacpp, url, lambda: llamacpp.complete(client, chat_ids(client), 32))
         assert answer.completion_tokens == 32 and rounds.drafts == 0  # it answers, at the target's own pace
         expecting = diagnose(launch=line, server=url, **PROBES)
         alone = diagnose(server=url, **PROBES)
@@ -274,8 +285,7 @@ def test_a_draft_type_without_a_draft_serves_the_target_alone(llamacpp, good_lin
     assert "-md DRAFT.gguf" in err.fix.splitlines()[0] and parse_launch(err.fix.splitlines()[1]).draft_path
     assert not checks(static, "spec_params", OK)  # no "the draft proposes up to k tokens per round"
     with serving(llamacpp, cmd, tmp_path) as (url, line), ServerClient(url, timeout=300) as client:
-        ids = client.http.post("/tokenize", json={"content": PROBE_PROMPTS[0]}).json()["tokens"]
-        answer, rounds = counted(llamacpp, url, lambda: llamacpp.complete(client, ids, 32))
+        answer, rounds = counted(llamacpp, url, lambda: llamacpp.complete(client, chat_ids(client), 32))
         assert answer.completion_tokens == 32 and rounds.drafts == 0  # it answers, at the target's own pace
         live = diagnose(launch=line, server=url, **PROBES)
     assert checks(live, "draft", ERROR) and checks(live, "speculation", ERROR) and live.exit_code == 1

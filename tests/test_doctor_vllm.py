@@ -315,9 +315,8 @@ def test_eagle3_without_a_draft_is_flagged_before_launch_and_vllm_refuses_it(vll
     assert "names no draft" in err.title and "without speculative model" in text([err])
     assert parse_launch(err.fix.splitlines()[1]).draft_path == "DRAFT"
     cmd[cmd.index("--port") + 1] = str(free_port())
-    with pytest.raises(ServerError, match="exited with code"):
-        with vllm.serve(cmd, log_path=tmp_path / "server.log"):
-            pass
+    with pytest.raises(ServerError, match="exited with code"), vllm.serve(cmd, log_path=tmp_path / "server.log"):
+        pass
     assert "num_speculative_tokens was provided but without speculative model" in (tmp_path / "server.log").read_text()
 
 

@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from eagle3lab.io import InputError
+from eagle3lab.io import InputError, command
 from eagle3lab.options import add_options, from_options
 
 
@@ -227,23 +227,13 @@ COMMANDS = {
 }
 
 
+@command("python -m eagle3lab.dflash")
 def main(argv: list[str] | None = None) -> int:
-    from eagle3lab.models.checkpoint import DraftFormatError
-    from eagle3lab.serving.client import ServerError
-    from eagle3lab.train.loop import TrainingError
-
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         print(__doc__, file=sys.stderr)
         return 2
-    try:
-        return COMMANDS[argv[0]](argv[1:])
-    except (InputError, DraftFormatError) as e:
-        print(f"eagle3lab.dflash {argv[0]}: {e}", file=sys.stderr)
-        return 2
-    except (TrainingError, ServerError) as e:  # a server's message carries its log's tail
-        print(f"eagle3lab.dflash {argv[0]}: {e}", file=sys.stderr)
-        return 1
+    return COMMANDS[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":

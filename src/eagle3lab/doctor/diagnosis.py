@@ -215,21 +215,16 @@ def _missing_paths(parsed: Launch | None, draft, target) -> dict[str, Finding]:
         if not spec or str(spec) in missing:
             continue
         if missing_local_path(spec):
-            missing[str(spec)] = Finding(
-                what,
-                ERROR,
-                f"{what} {spec} does not exist",
-                [f"{by}: {spec}", f"a local path (not a hub id such as org/name), and nothing is at {_absolute(spec)}"],
-                fix=f"point {by} at the {what} on this machine",
-            )
+            title, why = "does not exist", "a local path (not a hub id such as org/name), and nothing is at"
+            fix = f"point {by} at the {what} on this machine"
         elif Path(spec).expanduser().is_file() and not str(spec).endswith(ENGINE_FILE_SUFFIXES):
-            missing[str(spec)] = Finding(
-                what,
-                ERROR,
-                f"{what} {spec} is a file, not a {what} folder (config.json + weights) or a .gguf",
-                [f"{by}: {spec}", f"{_absolute(spec)} is a file"],
-                fix=f"point {by} at the {what} folder, or at its .gguf for llama.cpp",
-            )
+            title, why = f"is a file, not a {what} folder (config.json + weights) or a .gguf", "a file is at"
+            fix = f"point {by} at the {what} folder, or at its .gguf for llama.cpp"
+        else:
+            continue
+        missing[str(spec)] = Finding(
+            what, ERROR, f"{what} {spec} {title}", [f"{by}: {spec}", f"{why} {_absolute(spec)}"], fix=fix
+        )
     return missing
 
 

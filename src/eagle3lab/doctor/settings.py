@@ -142,17 +142,20 @@ def _spec_mismatch(launch: Launch, spec: SpecConfig, ev: list[str]) -> Finding:
 def check_draft_named(launch: Launch, draft_arg: str | None) -> list[Finding]:
     """A line that asks for speculation and names no draft: each engine says what it then does (its LaunchSyntax's
     missing_draft, read from its pinned source); --draft does not help, the engine never sees it."""
-    why = launch.syntax.missing_draft(launch) if launch.speculative else None
+    why = launch.syntax.missing_draft(launch)
     if not why:
         return []
     given = [f"--draft {draft_arg}: checked here, but the launch line does not pass it"] if draft_arg else []
+    named = {"draft_path": draft_arg or launch.syntax.draft_placeholder}
+    if not launch.speculative:  # drafting settings alone: the fix turns EAGLE-3 on as well
+        named["algorithm"] = "EAGLE3"
     return [
         Finding(
             "draft",
             ERROR,
-            f"{launch.describe('algorithm')} asks for speculation and the line names no draft: it is not used",
+            f"{launch.describe('algorithm')}: the line asks for speculation and names no draft, so none runs",
             [f"{launch.source}: {launch.describe('draft_path')}", *why, *given],
-            fix=fix_flags(launch, draft_path=draft_arg or launch.syntax.draft_placeholder),
+            fix=fix_flags(launch, **named),
         )
     ]
 

@@ -28,7 +28,7 @@ INDEX = "model.safetensors.index.json"
 HEADER_ROOM = 8192  # bytes kept under a shard cap for the file's JSON header (about 100 bytes a tensor)
 
 
-class DraftFormatError(ValueError):
+class DraftFormatError(InputError):
     """A draft folder that is not in a format we can read; the message names the file and the field or key."""
 
 

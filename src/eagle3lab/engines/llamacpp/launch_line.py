@@ -28,14 +28,11 @@ OPTIONS = {
     "--draft-p-min": "p_min",
     "-c": "context_length",
     "--ctx-size": "context_length",
-    # a draft or target from a Hugging Face repo: downloaded into the same settings as -md / -m
+    # a draft from a Hugging Face repo: downloaded into the setting -md sets
     "--spec-draft-hf": "draft_repo",
     "-hfd": "draft_repo",
     "-hfrd": "draft_repo",
     "--hf-repo-draft": "draft_repo",
-    "-hf": "model_repo",
-    "-hfr": "model_repo",
-    "--hf-repo": "model_repo",
 }
 FLAGS = {setting: option for option, setting in reversed(OPTIONS.items())}  # each setting's first spelling
 DEFAULTS = {"n_max": 3, "n_min": 0, "p_min": 0.0}  # common_params_speculative
@@ -170,7 +167,6 @@ def read_launch(launch: Launch) -> Launch:
         **spec,
         "metrics": metrics,
         "draft_repo": values.get("draft_repo"),
-        "model_repo": values.get("model_repo"),
     }
     context = _number(launch, "context_length", values.get("context_length"), int)
     launch.context_length = context or None  # 0: the model's own context
@@ -218,9 +214,16 @@ class LlamaCppSyntax(LaunchSyntax):
 
     def missing_draft(self, launch: Launch) -> list[str] | None:
         spec = launch.spec_config or {}
+        if launch.draft_path or spec.get("draft_repo"):
+            return None
         needs = [t for t in spec.get("types", []) if t in DRAFT_MODEL_TYPES]
-        # a target from a repo may ship its draft beside it (a sidecar llama.cpp downloads for these types)
-        if not needs or launch.draft_path or spec.get("draft_repo") or spec.get("model_repo"):
+        drafting = [FLAGS[key] for key in DEFAULTS if key in launch._spans]
+        if not spec.get("types") and drafting:  # draft settings alone: no type, no draft, nothing drafts
+            return [
+                f"{', '.join(drafting)} set, but no --spec-type and no -md: llama.cpp 11434 serves the target alone "
+                "and says nothing; /slots reports speculative false"
+            ]
+        if not needs:
             return None
         return [
             f"--spec-type {','.join(needs)} runs a draft model and the line names none (-md DRAFT.gguf or "

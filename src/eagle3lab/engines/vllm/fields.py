@@ -30,6 +30,33 @@ _METHODS_TEXT = """
     inkling_mtp glm5_next_mtp dflash ngram_gpu dspark
 """
 METHODS = tuple(_METHODS_TEXT.split())
+# SpeculativeConfig.__post_init__ (vLLM 0.32): the methods that run without a "model" (the target's own MTP or DSpark
+# layers, prompt lookup, suffix trees, hidden-state extraction)
+METHODS_WITHOUT_MODEL = {"mtp", "dspark", "ngram", "[ngram]", "ngram_gpu", "suffix", "extract_hidden_states"}
+
+
+def inferred_method(draft_path: str | None) -> str:
+    """vLLM's guess when --speculative-config has no "method" (SpeculativeConfig.__post_init__): by the draft's name."""
+    name = (draft_path or "").lower()
+    guess = "eagle" if "eagle-" in name else "eagle3" if "eagle3" in name else "dflash" if "dflash" in name else None
+    return guess or "draft_model"
+
+
+def missing_model(spec: dict | None, draft_path: str | None) -> list[str] | None:
+    """Why a --speculative-config without "model" runs no draft: vLLM 0.32 takes the target itself as the draft for
+    mtp and dspark and needs no model for n-gram, suffix and hidden-state extraction; every other method refuses to
+    start. None: no --speculative-config, a model named, or a method that needs none."""
+    if spec is None or draft_path:
+        return None
+    method = str(spec.get("method") or inferred_method(draft_path))
+    if method in METHODS_WITHOUT_MODEL:
+        return None
+    return [
+        f'--speculative-config: method {method!r} and no "model": vLLM 0.32 refuses to start '
+        "('num_speculative_tokens was provided but without speculative model.', config/speculative.py)"
+    ]
+
+
 # vLLM 0.32's model registry: the class that runs each EAGLE draft architecture it knows
 _REGISTRY = {
     "EagleLlamaForCausalLM": ["EagleLlamaForCausalLM"],

@@ -19,7 +19,15 @@ from typing import Any
 
 from eagle3lab.doctor.launch import KnownFlags, Launch, LaunchSyntax, check_flags, check_value, is_option
 from eagle3lab.engines.vllm import rules
-from eagle3lab.engines.vllm.fields import ALGORITHM_METHODS, METHOD_ALGORITHMS, METHODS, SPEC_KEYS, aux_capture
+from eagle3lab.engines.vllm.fields import (
+    ALGORITHM_METHODS,
+    METHOD_ALGORITHMS,
+    METHODS,
+    SPEC_KEYS,
+    aux_capture,
+    inferred_method,
+    missing_model,
+)
 
 ENTRY_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
 DEFAULT_K = 3  # what a fix proposes when the line gives no num_speculative_tokens
@@ -261,18 +269,6 @@ def _set_field(launch: Launch, field: str, name: str, value: str, span: tuple[in
     launch._spans[field] = span
 
 
-# SpeculativeConfig.__post_init__ (vLLM 0.32): the methods that run without a "model" (the target's own MTP or DSpark
-# layers, prompt lookup, suffix trees, hidden-state extraction)
-METHODS_WITHOUT_MODEL = {"mtp", "dspark", "ngram", "[ngram]", "ngram_gpu", "suffix", "extract_hidden_states"}
-
-
-def inferred_method(draft_path: str | None) -> str:
-    """vLLM's guess when --speculative-config has no "method" (SpeculativeConfig.__post_init__): by the draft's name."""
-    name = (draft_path or "").lower()
-    guess = "eagle" if "eagle-" in name else "eagle3" if "eagle3" in name else "dflash" if "dflash" in name else None
-    return guess or "draft_model"
-
-
 def _read_spec(launch: Launch, spec: dict) -> None:
     """--speculative-config onto the Launch: method -> algorithm, model -> draft, k -> steps k / topk 1 / k+1."""
     launch.draft_path = spec.get("model") if isinstance(spec.get("model"), str) else None
@@ -324,15 +320,7 @@ class VLLMSyntax(LaunchSyntax):
         return f"{self.flag(key)} {value}" if value is not None else f"no {self.flag(key)}"
 
     def missing_draft(self, launch: Launch) -> list[str] | None:
-        """vLLM 0.32's SpeculativeConfig takes the target itself as the draft for mtp and dspark, and needs no model
-        for n-gram, suffix and hidden-state extraction; every other method without "model" refuses to start."""
-        method = str((launch.spec_config or {}).get("method") or inferred_method(launch.draft_path))
-        if launch.draft_path or method in METHODS_WITHOUT_MODEL:
-            return None
-        return [
-            f'--speculative-config: method {method!r} and no "model": vLLM 0.32 refuses to start '
-            "('num_speculative_tokens was provided but without speculative model.', config/speculative.py)"
-        ]
+        return missing_model(launch.spec_config, launch.draft_path)
 
     def aux_capture(self, config: dict, num_layers: int) -> tuple[list[int], str]:
         return aux_capture(config, num_layers)

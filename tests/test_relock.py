@@ -1,0 +1,104 @@
+"""`python -m eagle3lab.pipeline.relock`: dvc.lock takes the current code only when two smoke roots are equal, and
+only the code entries change."""
+
+import hashlib
+import json
+
+import pytest
+
+from eagle3lab import paths
+from eagle3lab.pipeline import relock
+
+LOCK = """schema: '2.0'
+stages:
+  survey:
+    cmd: python -m eagle3lab.pipeline.stages survey
+    deps:
+    - path: data
+      hash: md5
+      md5: 20d83e6a15178802965033ec28210235.dir
+      size: 195980278
+      nfiles: 20
+    - path: src/eagle3lab/a.py
+      hash: md5
+      md5: {a_md5}
+      size: {a_size}
+    - path: src/eagle3lab/gone.py
+      hash: md5
+      md5: 0cc8cdfd7d9838d9cc2dd34ef27be0d6
+      size: 3
+    params:
+      params.yaml:
+        common:
+          seed: 0
+    outs:
+    - path: metrics/survey.json
+      hash: md5
+      md5: 7daea450b13f585ac4eeaee3aabfc600
+      size: 12
+"""
+DVC_YAML = """stages:
+  survey:
+    cmd: python -m eagle3lab.pipeline.stages survey
+    deps:
+      - data
+      - src/eagle3lab/a.py
+      - src/eagle3lab/b.py  # a module the stage imports since
+"""
+
+
+def smoke_root(folder, accept_length):
+    (folder / "artifacts").mkdir(parents=True)
+    (folder / "metrics").mkdir()
+    (folder / "notebooks").symlink_to(paths.ROOT / "notebooks")
+    (folder / "metrics" / "train.json").write_text(json.dumps({"accept_length": accept_length, "seconds": 3.0}))
+    return folder
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    (root / "src" / "eagle3lab").mkdir(parents=True)
+    (root / "src" / "eagle3lab" / "a.py").write_text("A = 1\n")
+    (root / "src" / "eagle3lab" / "b.py").write_text("B = 2\n")
+    (root / "dvc.yaml").write_text(DVC_YAML)
+    (root / "dvc.lock").write_text(LOCK.format(a_md5="e8ca53efcd64ceff17fc8b4e67ff43b3", a_size=3))
+    monkeypatch.setattr(paths, "ROOT", root)
+    return root
+
+
+def test_equal_smoke_roots_relock_the_code_entries_only(repo, tmp_path, capsys):
+    before, after = smoke_root(tmp_path / "before", 1.41), smoke_root(tmp_path / "after", 1.41)
+    assert relock.main([str(before), str(after)]) == 0
+    a = (repo / "src" / "eagle3lab" / "a.py").read_bytes()
+    b = (repo / "src" / "eagle3lab" / "b.py").read_bytes()
+    expected = LOCK.format(a_md5=hashlib.md5(a).hexdigest(), a_size=len(a)).replace(
+        """    - path: src/eagle3lab/gone.py
+      hash: md5
+      md5: 0cc8cdfd7d9838d9cc2dd34ef27be0d6
+      size: 3
+""",
+        f"""    - path: src/eagle3lab/b.py
+      hash: md5
+      md5: {hashlib.md5(b).hexdigest()}
+      size: {len(b)}
+""",
+    )
+    assert (repo / "dvc.lock").read_text() == expected  # data, params and outputs as they were, in DVC's layout
+    out = capsys.readouterr().out
+    assert "dvc.lock records the current code of 3 file(s)" in out and "src/eagle3lab/gone.py" in out
+
+
+def test_a_differing_output_refuses_and_leaves_the_lock(repo, tmp_path, capsys):
+    before, after = smoke_root(tmp_path / "before", 1.41), smoke_root(tmp_path / "after", 1.42)
+    lock = (repo / "dvc.lock").read_text()
+    assert relock.main([str(before), str(after)]) == 1
+    assert "relock refused: 1 of" in capsys.readouterr().out
+    assert (repo / "dvc.lock").read_text() == lock
+
+
+def test_a_new_dependency_that_is_not_code_needs_a_run(repo, tmp_path, capsys):
+    (repo / "dvc.yaml").write_text(DVC_YAML + "      - artifacts/mixture\n")
+    before, after = smoke_root(tmp_path / "before", 1.41), smoke_root(tmp_path / "after", 1.41)
+    assert relock.main([str(before), str(after)]) == 2
+    assert "new dependencies ['artifacts/mixture'] need a run" in capsys.readouterr().err
