@@ -9,11 +9,11 @@ import torch
 from eagle3lab.benchmark.prompts import encode_chat
 from eagle3lab.decoding.engine import generate
 from eagle3lab.decoding.offline import walk
-from eagle3lab.dflash.config import DFlashConfig, default_target_layers
-from eagle3lab.dflash.engine import DFlashEngine, target_indices
-from eagle3lab.dflash.model import DFlashDraft, block_mask, draft_blocks, load_dflash, save_dflash
-from eagle3lab.dflash.offline import block_hits
-from eagle3lab.dflash.train import DFlashTrainConfig, mask_token, train_dflash
+from eagle3lab.drafters.dflash.config import DFlashConfig, default_target_layers
+from eagle3lab.drafters.dflash.engine import DFlashEngine, target_indices
+from eagle3lab.drafters.dflash.model import DFlashDraft, block_mask, draft_blocks, load_dflash, save_dflash
+from eagle3lab.drafters.dflash.offline import block_hits
+from eagle3lab.drafters.dflash.train import DFlashTrainConfig, mask_token, train_dflash
 from eagle3lab.io import InputError, read_jsonl
 from eagle3lab.models.checkpoint import DraftFormatError
 from eagle3lab.models.target import forward_with_aux, load_target
@@ -215,7 +215,7 @@ def test_a_truncated_block_is_its_own_forward_not_the_whole_blocks_first_slots(t
 
 
 def test_dflash_is_compared_with_eagle3_prompt_by_prompt_over_both_recipes_seeds():
-    from eagle3lab.dflash.__main__ import versus
+    from eagle3lab.drafters.dflash.__main__ import versus
 
     rows = [
         {"system": system, "set": ("mtbench", "gsm8k")[i % 2], "id": str(i), "accept_length": 1.2 + 0.01 * i + gain}

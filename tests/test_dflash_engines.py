@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from conftest import speculative_row
-from eagle3lab.dflash.config import DFlashConfig
-from eagle3lab.dflash.export import export_dflash_gguf, gguf_mismatches
-from eagle3lab.dflash.model import DFlashDraft, save_dflash
-from eagle3lab.dflash.serve import DFlashLlamaCpp
+from eagle3lab.drafters.dflash.config import DFlashConfig
+from eagle3lab.drafters.dflash.export import export_dflash_gguf, gguf_mismatches
+from eagle3lab.drafters.dflash.model import DFlashDraft, save_dflash
+from eagle3lab.drafters.dflash.serve import DFlashLlamaCpp
 from eagle3lab.engines.llamacpp.gguf import gguf_facts
 from eagle3lab.engines.llamacpp.round_split import format_split, split_rounds
 from eagle3lab.io import InputError

@@ -9,8 +9,8 @@ import pytest
 from eagle3lab.benchmark.table import DO_NOT_SPECULATE
 from eagle3lab.benchmark.tune import TuneSettings
 from eagle3lab.benchmark.tune_engine import chain, format_engine_result, predict, tune_from_benchmark
-from eagle3lab.dflash.config import is_dflash
-from eagle3lab.dflash.tune import shapes
+from eagle3lab.drafters.dflash.config import is_dflash
+from eagle3lab.drafters.dflash.tune import shapes
 from eagle3lab.io import InputError
 
 STEP_S = 0.020  # the baseline: 50 tokens/s
@@ -90,7 +90,7 @@ def _dflash_folder(tmp_path, block_size: int):
 
 
 def test_a_dflash_folder_is_told_from_an_eagle3_one_and_its_shapes_are_its_block(tmp_path, monkeypatch):
-    from eagle3lab.dflash import serve
+    from eagle3lab.drafters.dflash import serve
 
     folder = _dflash_folder(tmp_path, 4)
     assert is_dflash(folder) and not is_dflash(tmp_path / "missing") and not is_dflash(tmp_path / "x.gguf")
@@ -103,7 +103,7 @@ def test_a_dflash_folder_is_told_from_an_eagle3_one_and_its_shapes_are_its_block
 
 def test_eagle3lab_tune_runs_the_dflash_tune_for_a_dflash_folder(tmp_path, monkeypatch):
     from eagle3lab.benchmark import commands
-    from eagle3lab.dflash import tune as dflash_tune
+    from eagle3lab.drafters.dflash import tune as dflash_tune
 
     seen = {}
 
@@ -120,7 +120,7 @@ def test_eagle3lab_tune_runs_the_dflash_tune_for_a_dflash_folder(tmp_path, monke
 
 
 def test_the_offline_part_is_read_from_an_acceptance_result_and_bad_ones_are_named(tmp_path):
-    from eagle3lab.dflash.tune import read_offline
+    from eagle3lab.drafters.dflash.tune import read_offline
 
     rows = [
         {"system": "d", "set": s, "depth": k, "accept_length": 1 + k / 10} for s in ("all", "mtbench") for k in (1, 2)
@@ -144,7 +144,7 @@ def test_the_offline_part_is_read_from_an_acceptance_result_and_bad_ones_are_nam
 def test_the_acceptance_subset_keeps_the_first_records_of_the_named_sets():
     from types import SimpleNamespace
 
-    from eagle3lab.dflash.__main__ import subset
+    from eagle3lab.drafters.dflash.__main__ import subset
 
     records = [SimpleNamespace(set=s, id=f"{s}{i}") for i in range(3) for s in ("mtbench", "gsm8k")]
     assert [r.id for r in subset(records, {"mtbench": 2})] == ["mtbench0", "mtbench1"]

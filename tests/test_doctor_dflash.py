@@ -14,12 +14,12 @@ import gguf
 import pytest
 import torch
 
-from eagle3lab.dflash.config import DFlashConfig
-from eagle3lab.dflash.export import gguf_mismatches
-from eagle3lab.dflash.model import DFlashDraft, save_dflash
 from eagle3lab.doctor.cli import main
 from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR, OK
+from eagle3lab.drafters.dflash.config import DFlashConfig
+from eagle3lab.drafters.dflash.export import gguf_mismatches
+from eagle3lab.drafters.dflash.model import DFlashDraft, save_dflash
 from test_doctor import checks, write_draft, write_target
 
 LAYERS, HIDDEN, VOCAB, MASK = 6, 64, 256, 5

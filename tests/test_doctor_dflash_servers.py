@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ServerPool, counted
-from eagle3lab.dflash.serve import DFlashLlamaCpp
 from eagle3lab.doctor.diagnosis import diagnose
 from eagle3lab.doctor.findings import ERROR, WARNING
 from eagle3lab.doctor.probe import ACCEPT_NOTHING
 from eagle3lab.doctor.reading import parse_launch
+from eagle3lab.drafters.dflash.serve import DFlashLlamaCpp
 from eagle3lab.engines.llamacpp.gguf import run_converter
 from eagle3lab.paths import ROOT
 from eagle3lab.serving.processes import free_port

@@ -433,6 +433,22 @@ def test_ddp_two_processes_agree(setup):
 # ---- one home for defaults, devices, safe checkpoints ---------------------------------------------------------------
 
 
+def test_one_train_command_for_every_drafter_kind():
+    """`eagle3lab train --drafter dflash` takes the shared options and the block drafter's own."""
+    from dataclasses import fields
+
+    from eagle3lab.drafters.dflash.train import DFlashTrainConfig
+    from eagle3lab.train.cli import build_parser, parse_args
+
+    parsed = parse_args(["--drafter", "dflash", "--data", "d.jsonl", "--output", "out", "--block-size", "6"])
+    assert parsed == DFlashTrainConfig(data="d.jsonl", output="out", block_size=6)
+    assert {a.dest for a in build_parser("dflash")._actions} - {"help", "drafter"} == {
+        f.name for f in fields(DFlashTrainConfig)
+    }
+    with pytest.raises(SystemExit):  # a block drafter's option is not EAGLE-3's
+        parse_args(["--data", "d", "--output", "o", "--block-size", "6"])
+
+
 def test_cli_is_generated_from_the_config_and_agrees_with_it():
     from dataclasses import fields
 
@@ -440,7 +456,7 @@ def test_cli_is_generated_from_the_config_and_agrees_with_it():
 
     parsed = parse_args(["--data", "d.jsonl", "--output", "out"])
     assert parsed == TrainConfig(data="d.jsonl", output="out")  # every default comes from the dataclass
-    options = {a.dest for a in build_parser()._actions} - {"help"}
+    options = {a.dest for a in build_parser()._actions} - {"help", "drafter"}
     assert options == {f.name for f in fields(TrainConfig)}
     flipped = parse_args(
         ["--data", "d", "--output", "o", "--online", "--no-progress", "--aux-layer-ids", "1,14,26", "--max-steps", "7"]

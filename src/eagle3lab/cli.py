@@ -15,7 +15,11 @@ COMMANDS = {
         "Regenerate a dataset's answers with the target: local, OpenAI-compatible servers or llama.cpp.",
     ),
     "monitor": ("eagle3lab.regen.monitor", "main", "Show a regeneration run's progress from its files."),
-    "train": ("eagle3lab.train.cli", "main", "Train an EAGLE-3 draft with training-time test."),
+    "train": (
+        "eagle3lab.train.cli",
+        "main",
+        "Train a draft: EAGLE-3 with training-time test, or a DFlash block drafter (--drafter dflash).",
+    ),
     "bench": (
         "eagle3lab.benchmark.commands",
         "bench",
@@ -42,7 +46,7 @@ COMMANDS = {
         "Serve the target with a draft in vLLM or llama.cpp on loopback, printing the launch line.",
     ),
     "export": (
-        "eagle3lab.engines.llamacpp.gguf",
+        "eagle3lab.drafters.export",
         "main",
         "Write a draft's GGUF for llama.cpp, checked against the target.",
     ),

@@ -4,17 +4,15 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 from pathlib import Path
 
 from eagle3lab.benchmark.run import BenchSettings, format_table, run_benchmark
 from eagle3lab.benchmark.served import SERVED_COLUMNS, run_served_benchmark
 from eagle3lab.benchmark.systems import DEFAULT_DRAFT, check_draft_folders
 from eagle3lab.benchmark.table import render_rows
-from eagle3lab.benchmark.tune import TuneSettings, format_result
-from eagle3lab.benchmark.tune import tune as tune_locally
-from eagle3lab.benchmark.tune_engine import format_engine_result, tune_in_engine
+from eagle3lab.benchmark.tune import TuneSettings
 from eagle3lab.cli import COMMANDS
+from eagle3lab.drafters.tools import tools_of
 from eagle3lab.io import command, write_json
 from eagle3lab.options import add_options, from_options
 
@@ -77,14 +75,5 @@ def tune(argv: list[str]) -> int:
     settings = from_options(args, TuneSettings)
     check_draft_folders([settings.draft])
 
-    from eagle3lab.dflash.config import is_dflash
-    from eagle3lab.dflash.tune import tune_dflash
-
-    if is_dflash(settings.draft):  # a block drafter: its shape is k alone, in every engine (dflash.tune)
-        result = tune_dflash(settings)
-        return _show(result, format_engine_result(result), settings.output)
-    if settings.engine == "local":
-        result = tune_locally(settings, progress=not args.quiet)
-        return _show(result, format_result(result), settings.output)
-    result = tune_in_engine(settings) | {"settings": asdict(settings)}
-    return _show(result, format_engine_result(result), settings.output)
+    result, text = tools_of(settings.draft).tune(settings, progress=not args.quiet)  # each kind tunes its own shape
+    return _show(result, text, settings.output)

@@ -35,6 +35,13 @@ def _difference_unit(seeds) -> str:
     return "prompts x seeds" if seeds and min(seeds) > 1 else "prompts (one seed: training noise not in the interval)"
 
 
+# the question each of the plan's other pairings asks (train.plan's `responses`); a recipe lever asks the default
+QUESTIONS = {
+    "sampled": "sampled (T=0.7) minus greedy (T=0) answers, {scale} conversations",
+    "dflash": "DFlash minus EAGLE-3 at equal data and steps, {scale} conversations",
+}
+
+
 def paired_findings(paired: list[dict]) -> list[dict]:
     """Regenerated against original answers (at equal answer tokens), T=0 against T=0.7, each recipe lever against
     the shared recipe at its scale, and DFlash against EAGLE-3 on the same data, over every prompt."""
@@ -46,12 +53,8 @@ def paired_findings(paired: list[dict]) -> list[dict]:
             question = f"regenerated minus original answers, {r['scale']} conversations' answer tokens"
             figure, low, high = -r["difference"], _neg(r["high"]), _neg(r["low"])
         else:
-            if r["responses"] == "sampled":
-                question = f"sampled (T=0.7) minus greedy (T=0) answers, {r['scale']} conversations"
-            elif r["responses"] == "dflash":
-                question = f"DFlash minus EAGLE-3 at equal data and steps, {r['scale']} conversations"
-            else:
-                question = f"{r['draft']} minus the shared recipe ({r['partner']})"
+            asked = QUESTIONS.get(r["responses"], "{draft} minus the shared recipe ({partner})")
+            question = asked.format(**r)
             figure, low, high = r["difference"], r["low"], r["high"]
         unit = _difference_unit(r.get("seeds"))
         rows.append(_row(question, figure, low, high, unit, r["prompts"], r.get("seeds"), verdict(low, high)))

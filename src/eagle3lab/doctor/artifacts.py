@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3lab.dflash.config import ARCHITECTURE as DFLASH_ARCHITECTURE
+from eagle3lab.drafters.kinds import DEFAULT, kind_of_config
 from eagle3lab.models.checkpoint import DraftCheckpoint, DraftFormatError, open_checkpoint, read_json
 
 # files the doctor or an engine reads: a name ending in one is a file here, never a hub id
@@ -75,11 +75,16 @@ class DraftInfo:
         return self.config.get("eagle_aux_hidden_state_layer_ids")
 
     @property
+    def drafter_kind(self) -> str:
+        """The drafter kind (eagle3lab.drafters) whose checks this draft gets."""
+        return kind_of_config(self.config)
+
+    @property
     def kind(self) -> str:
-        """dflash (a block drafter: eagle3lab.dflash.doctor checks it), eagle3 (three aux states into fc), eagle
-        (EAGLE-1/2: final state), or unknown."""
-        if DFLASH_ARCHITECTURE in self.architectures:  # its fc also takes three target layers: not an EAGLE-3 draft
-            return "dflash"
+        """A registered drafter kind other than EAGLE-3's family (eagle3lab.drafters: its checks are its own), else
+        within that family: eagle3 (three aux states into fc), eagle (EAGLE-1/2: final state), or unknown."""
+        if self.drafter_kind != DEFAULT:  # a DFlash fc also takes three target layers: its architecture says what it is
+            return self.drafter_kind
         arch = " ".join(self.architectures).lower()
         if "eagle3" in arch:
             return "eagle3"

@@ -21,8 +21,6 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3lab.dflash.doctor import check_dflash, serves_dflash
-from eagle3lab.doctor.algorithm import check_algorithm, check_aux_layers
 from eagle3lab.doctor.artifacts import (
     DoctorInputError,
     DraftInfo,
@@ -31,7 +29,6 @@ from eagle3lab.doctor.artifacts import (
     read_draft,
     read_target_config,
 )
-from eagle3lab.doctor.fields import check_draft_fields
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding, Report
 from eagle3lab.doctor.launch import Launch
 from eagle3lab.doctor.probe import ACCEPT_LOW, ProbeSettings
@@ -40,9 +37,9 @@ from eagle3lab.doctor.settings import (
     check_context_length,
     check_draft_named,
     check_launch_vs_draft_path,
-    check_spec_params,
 )
-from eagle3lab.doctor.vocab import check_draft_vocab
+from eagle3lab.drafters.checks import checks, checks_of, named_by
+from eagle3lab.drafters.kinds import DEFAULT, kind_of_gguf
 from eagle3lab.engines.registry import ENGINES
 from eagle3lab.options import option
 
@@ -173,8 +170,8 @@ def diagnose(
     server_launch = None
     if server:
         expect = bool(draft_info) or bool(parsed and parsed.speculative) or bool(gguf and gguf.draft)
-        dflash = serves_dflash(parsed, draft_info, gguf and gguf.draft)
-        settings = ProbeSettings(expect, probes, probe_tokens, low_accept, dflash)
+        kind = served_drafter(parsed, draft_info, gguf and gguf.draft)
+        settings = ProbeSettings(expect, probes, probe_tokens, kind.runtime_advice, low_accept)
         more, server_launch = check_server(server, parsed, settings, timeout=timeout, transport=transport)
         findings += more
         # without a launch line, the server's own args name the draft and target; use them when they are local
@@ -265,23 +262,22 @@ def _engine_files(launch: Launch | None, draft, target):
 def static_checks(
     launch: Launch | None, draft: DraftInfo | None, target: TargetInfo | None, files=None
 ) -> list[Finding]:
-    """Every check that needs no server, on whatever of launch / draft / target is known. With an engine's own files
-    (llama.cpp's GGUF pair) those are what is served (layers, widths, vocab, d2t); a draft folder then only says what
-    the draft was trained on. A DFlash draft gets its own rules (eagle3lab.dflash.doctor), none of EAGLE-3's."""
-    dflash = draft is not None and draft.kind == "dflash"
-    if files is not None:
-        fields = [] if dflash else check_draft_fields(draft, target, launch)
-        return files.checks(launch, draft) + fields + check_context_length(draft, target, launch)
-    if dflash:
-        return check_dflash(launch, draft, target) + check_context_length(draft, target, launch)
-    findings = []
-    if launch is not None and (launch.speculative or draft is not None):
-        findings += check_algorithm(launch, draft, target)
-    if launch is not None and draft is not None:
-        findings += launch.syntax.draft_checks(launch, draft, target)
-    findings += check_aux_layers(draft, target, launch)
-    findings += check_draft_vocab(draft, target)
-    findings += check_draft_fields(draft, target, launch)
-    findings += check_context_length(draft, target, launch)
-    findings += check_spec_params(launch)
-    return findings
+    """Every check that needs no server, on whatever of launch / draft / target is known: the draft's kind's own
+    (drafters.base.Drafter.doctor_checks). With an engine's own files (llama.cpp's GGUF pair) those are what is
+    served (layers, widths, vocab, d2t); a draft folder then only says what the draft was trained on."""
+    kind = checks(draft.drafter_kind if draft is not None else DEFAULT)
+    if files is None:
+        return kind.doctor_checks(launch, draft, target)
+    findings, draft_gguf, target_gguf = files.read()
+    if draft_gguf is not None:  # the file served says what it is; a folder beside it only what it was trained as
+        kind = checks(kind_of_gguf(draft_gguf["architecture"]))
+    findings += kind.gguf_checks(launch, draft, files, draft_gguf, target_gguf)
+    return findings + kind.served_field_checks(launch, draft, target) + check_context_length(draft, target, launch)
+
+
+def served_drafter(launch: Launch | None, draft: DraftInfo | None, gguf: str | None):
+    """The kind the inputs name: the draft folder's, the draft GGUF's, else the kind whose name the line asks its
+    engine for (EAGLE-3's family when none says)."""
+    if draft is not None:
+        return checks(draft.drafter_kind)
+    return checks_of(gguf) if gguf else named_by(launch)

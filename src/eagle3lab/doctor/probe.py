@@ -6,13 +6,13 @@ spec_verify_ct, or no spec_decode counters, means speculation is off, which is a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 
-from eagle3lab.dflash.doctor import DFLASH_CAUSES, DFLASH_WEAK, dflash_method_fix
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
-from eagle3lab.doctor.launch import EAGLE_ALGORITHMS, Launch, fix_flags
+from eagle3lab.doctor.launch import Launch
 from eagle3lab.engines.base import SpecCounters
 from eagle3lab.serving.client import Completion, ServerClient, ServerError, accept_length
 
@@ -20,6 +20,7 @@ from eagle3lab.serving.client import Completion, ServerClient, ServerError, acce
 ACCEPT_NOTHING = 1.05
 ACCEPT_LOW = 2.0
 SPECULATION_FIX = "--speculative-algorithm EAGLE3 --speculative-draft-model-path DRAFT"
+CHECK_FIX = "run `eagle3lab doctor --launch '<the server command>' --draft DRAFT --target TARGET`"
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,9 @@ class ProbeSettings:
     expect_speculation: bool  # the inputs name a draft: speculation off is an error, not a note
     probes: int
     probe_tokens: int
+    # what the served drafter kind says of an unused or weak draft (drafters.base.DrafterChecks.runtime_advice)
+    advice: Callable[[Launch | None], dict]
     low: float = ACCEPT_LOW
-    dflash: bool = False  # the inputs name a DFlash draft: its own causes and fixes (eagle3lab.dflash.doctor)
 
 
 PROBE_PROMPTS = [
@@ -38,16 +40,6 @@ PROBE_PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number.",
     "List three tips for writing clear technical documentation.",
 ]
-EAGLE3_CAUSES = (
-    "usual causes: an EAGLE-3 draft served with EAGLE/NEXTN (fc bypassed), capture layers or a vocab map "
-    "(d2t) other than the draft was trained with, or a draft for another target"
-)
-EAGLE3_WEAK = [
-    "a data/quality issue, not a flag bug",
-    "more on-policy training data (target-regenerated responses) raises it",
-]
-EAGLE3_CONFIRM = "(if the draft is EAGLE-3; run the doctor with --draft to confirm)"
-CHECK_FIX = "run `eagle3lab doctor --launch '<the server command>' --draft DRAFT --target TARGET`"
 
 
 def judge_accept_length(
@@ -55,29 +47,26 @@ def judge_accept_length(
 ) -> Finding:
     """One rule for every engine and drafter: at or below ACCEPT_NOTHING the draft contributes nothing (an error),
     below settings.low it is weak (a warning). What the finding names as causes and fix is the drafter's own."""
+    advice = settings.advice(launch)
     if value <= ACCEPT_NOTHING:
-        if settings.dflash:
-            causes, fix = [DFLASH_CAUSES], dflash_method_fix(launch)
-        else:
-            causes, fix = [EAGLE3_CAUSES], None
-            if launch is not None and launch.algorithm in EAGLE_ALGORITHMS:
-                fix = fix_flags(launch, algorithm="EAGLE3") + "\n" + EAGLE3_CONFIRM
         return Finding(
             "accept_length",
             ERROR,
             f"{what} {value:.2f}: the draft contributes nothing",
             evidence
-            + ["every verify step keeps only the target's own token: no draft token is ever accepted", *causes],
-            fix=fix or CHECK_FIX,
+            + [
+                "every verify step keeps only the target's own token: no draft token is ever accepted",
+                *advice["causes"],
+            ],
+            fix=advice["fix"] or CHECK_FIX,
         )
     if value < settings.low:
-        weak = DFLASH_WEAK if settings.dflash else EAGLE3_WEAK
         return Finding(
             "accept_length",
             WARNING,
             f"{what} {value:.2f}: the draft works but is weak",
-            [*evidence, f"below {settings.low}: speculation likely costs more than it saves", *weak],
-            fix=CHECK_FIX if settings.dflash else None,
+            [*evidence, f"below {settings.low}: speculation likely costs more than it saves", *advice["weak"]],
+            fix=CHECK_FIX if advice["check_when_weak"] else None,
         )
     return Finding("accept_length", OK, f"{what} {value:.2f}: the draft is used", evidence)
 

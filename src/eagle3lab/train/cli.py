@@ -10,37 +10,43 @@ import logging
 import os
 import sys
 
+from eagle3lab.drafters import DEFAULT, KINDS, drafter
 from eagle3lab.io import command
 from eagle3lab.options import add_options, from_options
-from eagle3lab.train.config import TrainConfig
-from eagle3lab.train.loop import train_draft
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(kind: str = DEFAULT) -> argparse.ArgumentParser:
+    """The options of `--drafter KIND`'s trainer: its config class's fields (a TrainConfig, or one extending it)."""
     parser = argparse.ArgumentParser(
-        prog="eagle3lab train", description="Train an EAGLE-3 draft with training-time test."
+        prog="eagle3lab train",
+        description="Train a draft: EAGLE-3 with training-time test, or another drafter kind (--drafter); the shared "
+        "options (data, schedule, checkpoints, the held-out pick) are every kind's.",
     )
-    add_options(parser, TrainConfig)
+    parser.add_argument("--drafter", choices=list(KINDS), default=DEFAULT, help="the drafter kind to train")
+    add_options(parser, drafter(kind).train_config())
     return parser
 
 
-def parse_args(argv: list[str]) -> TrainConfig:
-    return from_options(build_parser().parse_args(argv), TrainConfig)
+def parse_args(argv: list[str]):
+    """The config of the kind --drafter names (read first: the kind decides the other options)."""
+    kind = _drafter_named(argv)
+    return from_options(build_parser(kind).parse_args(argv), drafter(kind).train_config())
+
+
+def _drafter_named(argv: list[str]) -> str:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--drafter", choices=list(KINDS), default=DEFAULT)
+    return pre.parse_known_args(argv)[0].drafter
 
 
 @command("eagle3lab train")
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    cfg = parse_args(sys.argv[1:] if argv is None else argv)
-    result = train_draft(cfg)
-    if result["world_size"] == 1 or int(os.environ.get("RANK", "0")) == 0:
-        v = result["final_val"]
-        print(
-            f"trained {result['steps']} steps, {result['tokens_seen']} tokens at {result['tokens_per_s']:.0f} tok/s; "
-            f"vocab coverage {result['vocab']['coverage']:.3f}"
-            + (f"; held-out acc per TTT position {v['acc_pos']}" if v else "")
-            + f"\ndraft: {result['draft']}"
-        )
+    argv = sys.argv[1:] if argv is None else argv
+    kind = drafter(_drafter_named(argv))
+    result = kind.train(parse_args(argv))
+    if result.get("world_size", 1) == 1 or int(os.environ.get("RANK", "0")) == 0:  # one rank speaks
+        print(kind.train_summary(result))
     return 0
 
 

@@ -44,7 +44,7 @@ class DraftRun:
     rows: list[int] | None = None  # line indices of `data` when the draft trains on a subset rather than a prefix
     replicate_of: str | None = None  # the draft this one repeats with another training seed
     seed: int | None = None  # its training seed (None: the shared one)
-    drafter: str = "eagle3"  # eagle3 or dflash: whose trainer and format (train.scales.DRAFTERS)
+    drafter: str = "eagle3"  # a drafter kind (eagle3lab.drafters.KINDS): whose trainer and format
 
 
 def plan_rows(runs: list[DraftRun]) -> list[dict]:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from eagle3lab.drafters import drafter
 from eagle3lab.io import InputError, atomic_path, read_jsonl, write_jsonl
-from eagle3lab.train.config import TrainConfig
-from eagle3lab.train.loop import train_draft
 from eagle3lab.train.plan import DraftRun
 
 
@@ -38,16 +37,6 @@ def training_file(run: DraftRun, root: Path, artifacts: Path) -> tuple[Path, int
     return subset, None
 
 
-def drafter(kind: str):
-    """(config class, train function) of a drafter kind: EAGLE-3's, or the DFlash block drafter's (its config extends
-    TrainConfig, so the shared settings apply to both)."""
-    if kind == "dflash":
-        from eagle3lab.dflash.train import DFlashTrainConfig, train_dflash
-
-        return DFlashTrainConfig, train_dflash
-    return TrainConfig, train_draft
-
-
 def train_runs(
     runs: list[DraftRun],
     settings: dict,
@@ -63,7 +52,8 @@ def train_runs(
     results = {}
     for run in runs:
         data, max_records = training_file(run, root, artifacts)
-        config, train = drafter(run.drafter)
+        kind = drafter(run.drafter)
+        config, train = kind.train_config(), kind.train
         own = (drafter_settings or {}).get(run.drafter, {})
         cfg = config(
             data=str(data),

@@ -8,7 +8,6 @@ converter exports the HF target itself to a bf16 or f32 GGUF (`target_gguf`), fo
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -20,7 +19,7 @@ from pathlib import Path
 from eagle3lab.engines.base import check_draft_folder
 from eagle3lab.engines.llamacpp.build import VERSION, source_dir
 from eagle3lab.engines.llamacpp.gguf_file import read_header
-from eagle3lab.io import InputError, atomic_path, command, write_json
+from eagle3lab.io import InputError, atomic_path, write_json
 from eagle3lab.paths import cache_dir
 from eagle3lab.serving.forkserver import Forkserver
 
@@ -283,26 +282,3 @@ def export_gguf(
         raise InputError("\n".join(problems))
     partial.replace(out)
     return out
-
-
-@command("eagle3lab export")
-def main(argv: list[str] | None = None) -> int:
-    from eagle3lab.models.target import DEFAULT_TARGET
-
-    parser = argparse.ArgumentParser(
-        prog="eagle3lab export",
-        description="Convert an SGLang-format EAGLE-3 draft folder to a bf16 GGUF for llama.cpp with llama.cpp's own "
-        "convert_hf_to_gguf.py (from the pinned source tree `make llamacpp` keeps), and check it against the target's "
-        "GGUF with the rules the doctor uses; a draft that does not fit is deleted and the export exits 2.",
-    )
-    parser.add_argument("draft", help="draft folder (SGLang format)")
-    parser.add_argument("--format", choices=("gguf",), default="gguf", help="what to write (llama.cpp's GGUF)")
-    parser.add_argument("--target", default=DEFAULT_TARGET, help="the target the draft serves (an embedded spec)")
-    parser.add_argument("--out", help="output file (default: beside the draft folder, DRAFT.gguf)")
-    args = parser.parse_args(argv)
-    print(export_gguf(args.draft, args.target, args.out))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -33,6 +33,8 @@ from pathlib import Path
 from eagle3lab.benchmark.prompts import load_prompts
 from eagle3lab.benchmark.served import measure_server
 from eagle3lab.benchmark.table import Column, render_rows
+from eagle3lab.drafters import drafter_of
+from eagle3lab.drafters.tools import tools_of
 from eagle3lab.engines.llamacpp.server import LlamaCpp, read_completion
 from eagle3lab.io import InputError, write_json
 from eagle3lab.models.target import DEFAULT_TARGET, resolve
@@ -59,16 +61,12 @@ def _verify_s(client: ServerClient, prompts, n_tokens: int) -> float:
 
 
 def _engine(draft: str, target: str, max_steps: int) -> LlamaCpp:
-    """llama-server for the draft's kind: EAGLE-3 (a folder or a GGUF), or DFlash (its folder, exported on launch)."""
-    from eagle3lab.dflash.config import is_dflash
-
-    if not is_dflash(draft):
-        return LlamaCpp(target_spec=target)
-    from eagle3lab.dflash.serve import DFlashLlamaCpp, drafted
-
-    if max_steps > drafted(draft):  # llama.cpp would clamp n-max and time a shorter round under k's label
-        raise InputError(f"{draft}: a DFlash block drafts at most {drafted(draft)} tokens, not --max-steps {max_steps}")
-    return DFlashLlamaCpp(target_spec=target)
+    """llama-server for the draft's kind (drafters.base.DrafterTools.llamacpp_engine), a folder or an EAGLE-3 GGUF."""
+    kind = drafter_of(draft)
+    most = kind.max_drafted(draft)
+    if most is not None and max_steps > most:  # llama.cpp would clamp n-max and time a shorter round under k's label
+        raise InputError(f"{draft}: a round of this draft drafts at most {most} tokens, not --max-steps {max_steps}")
+    return tools_of(draft).llamacpp_engine(target)
 
 
 def split_rounds(draft: str, target: str = DEFAULT_TARGET, *, max_steps: int = 3, prompts=None, tokens: int = 64):

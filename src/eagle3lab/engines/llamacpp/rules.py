@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eagle3lab.dflash.doctor import check_dflash
-from eagle3lab.dflash.export import ARCH as DFLASH_ARCH
 from eagle3lab.doctor.artifacts import DraftInfo, TargetInfo
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
 from eagle3lab.doctor.launch import Launch, fix_flags
@@ -60,8 +58,18 @@ class GGUFPair:
     def target_info(self) -> TargetInfo | None:
         return target_info(self.target) if self.target else None
 
-    def checks(self, launch: Launch | None, folder: DraftInfo | None) -> list[Finding]:
-        return static_checks(launch, self, folder)
+    def read(self) -> tuple[list[Finding], dict | None, dict | None]:
+        """(findings of files that cannot be read, the draft's header facts, the target's): what a drafter kind's
+        GGUF checks judge (drafters.base.DrafterChecks.gguf_checks). The target is read only beside a draft."""
+        draft = target = None
+        findings = []
+        if self.draft:
+            draft, more = _read(self.draft, "draft")
+            findings += more
+        if self.target and self.draft:
+            target, more = _read(self.target, "target")
+            findings += more
+        return findings, draft, target
 
 
 def gguf_pair(launch: Launch | None, draft, target) -> GGUFPair | None:
@@ -232,21 +240,9 @@ def check_draft_length(launch: Launch) -> list[Finding]:
     return [Finding("spec_params", OK, f"the draft proposes up to {n_max} tokens per round", ev)]
 
 
-def static_checks(launch: Launch | None, pair: GGUFPair, folder: DraftInfo | None) -> list[Finding]:
-    """Every llama.cpp check that needs no server: the GGUF pair, and the line's --spec-* settings; a DFlash draft's
-    are its own (eagle3lab.dflash.doctor)."""
-    draft = target = None
+def eagle3_gguf_checks(launch: Launch | None, folder, pair: GGUFPair, draft: dict | None, target: dict | None):
+    """An EAGLE-3 GGUF against the target's (or a warning that it is not checked), and the line's --spec-* settings."""
     findings = []
-    if pair.draft:
-        draft, more = _read(pair.draft, "draft")
-        findings += more
-    if pair.target and pair.draft:
-        target, more = _read(pair.target, "target")
-        findings += more
-    dflash = draft["architecture"] == DFLASH_ARCH if draft else folder is not None and folder.kind == "dflash"
-    if dflash:
-        gguf = pair.draft if draft else None
-        return findings + check_dflash(launch, folder, pair.target_info() if target else None, gguf)
     if draft is not None and target is not None:
         findings += check_fit(draft, target, folder)
     elif draft is not None and not pair.target:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eagle3lab.dflash.config import DFlashConfig
+from eagle3lab.drafters.dflash.config import DFlashConfig
 from eagle3lab.models.checkpoint import DraftFormatError, _read_file, open_checkpoint, write_checkpoint
 from eagle3lab.models.draft_config import llama_config
 

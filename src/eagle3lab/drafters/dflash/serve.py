@@ -4,7 +4,7 @@
 (`dflash.engine` against plain greedy decoding, same prompts, same process); at k = block_size - 1 unless `ks` says.
 Both give `bench --engine`'s {"meta", "rows", "per_prompt"}, which `tune` calibrates from (`dflash.tune`).
 
-    python -m eagle3lab.dflash bench DRAFT --engine local|vllm|llamacpp [--sets mtbench --limit 4 ...]"""
+    python -m eagle3lab.drafters.dflash bench DRAFT --engine local|vllm|llamacpp [--sets mtbench --limit 4 ...]"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 
 from eagle3lab.benchmark.run import BenchSettings, median_run
 from eagle3lab.benchmark.served import run_served_benchmark
-from eagle3lab.dflash.config import DFlashConfig
+from eagle3lab.drafters.dflash.config import DFlashConfig
 from eagle3lab.engines.llamacpp.server import LlamaCpp
 from eagle3lab.models.checkpoint import read_json
 from eagle3lab.paths import cache_dir
@@ -32,7 +32,7 @@ class DFlashLlamaCpp(LlamaCpp):
     spec_type: str = SPEC_TYPE
 
     def launch_command(self, target, *, port: int, draft=None, k: int = 0, threshold: float = 0.0) -> list[str]:
-        from eagle3lab.dflash.export import export_dflash_gguf
+        from eagle3lab.drafters.dflash.export import export_dflash_gguf
         from eagle3lab.engines.llamacpp.gguf import folder_digest
 
         cmd = super().launch_command(target, port=port)
@@ -106,8 +106,8 @@ def local(settings: BenchSettings, draft, ks=None) -> dict:
     from eagle3lab.benchmark.prompts import load_prompts
     from eagle3lab.benchmark.tune_engine import chain
     from eagle3lab.decoding.engine import SpecEngine
-    from eagle3lab.dflash.engine import DFlashEngine
-    from eagle3lab.dflash.model import load_dflash
+    from eagle3lab.drafters.dflash.engine import DFlashEngine
+    from eagle3lab.drafters.dflash.model import load_dflash
     from eagle3lab.models.target import load_target, resolve
 
     dtype = getattr(torch, settings.dtype)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from eagle3lab.benchmark.acceptance import PromptAcceptance
 from eagle3lab.benchmark.eval_set import teacher_forced
 from eagle3lab.decoding.offline import walk
-from eagle3lab.dflash.offline import block_hits
+from eagle3lab.drafters.dflash.offline import block_hits
 from eagle3lab.io import InputError
 
 

@@ -8,20 +8,20 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from eagle3lab.dflash.config import ARCHITECTURE, DFlashConfig, default_target_layers
-from eagle3lab.dflash.export import ARCH, GGUF_KEYS, gguf_config, trained_mismatches
 from eagle3lab.doctor.artifacts import DraftInfo, TargetInfo
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
 from eagle3lab.doctor.launch import Launch, fix_flags
+from eagle3lab.drafters.dflash.config import ARCHITECTURE, DFlashConfig, default_target_layers
+from eagle3lab.drafters.dflash.export import ARCH, GGUF_KEYS, gguf_config, trained_mismatches
 from eagle3lab.engines.llamacpp.gguf_file import read_header
 from eagle3lab.io import InputError
 from eagle3lab.models.checkpoint import DraftFormatError
 
 # the method that runs a DFlash draft, as each engine's launch reader names it (Launch.algorithm)
 METHODS = {"vllm": "DFLASH", "llamacpp": "DRAFT-DFLASH", "sglang": "DFLASH"}
-EXPORT_FIX = "export the folder again: python -m eagle3lab.dflash export DRAFT_FOLDER --target TARGET (checked)"
+EXPORT_FIX = "export the folder again: eagle3lab export DRAFT_FOLDER --target TARGET (checked)"
 RETRAIN_FIX = (
-    "serve the draft with the target it was trained for, or train one for this one (python -m eagle3lab.dflash train)"
+    "serve the draft with the target it was trained for, or train one for this one (eagle3lab train --drafter dflash)"
 )
 # what the runtime judgment (doctor.probe.judge_accept_length) says of a DFlash draft, from the traps measured on
 # real servers (docs/doctor.md, DFlash drafts)
@@ -130,7 +130,7 @@ def _folder_fix(folder: DraftInfo) -> str:
         )
     if "mask_token_id" not in nested:
         return f'"dflash_config": {{"mask_token_id": ID}} in {path}: the token the draft was trained with'
-    return f"{path}: each field as the draft was trained (python -m eagle3lab.dflash train writes one that passes)"
+    return f"{path}: each field as the draft was trained (eagle3lab train --drafter dflash writes one that passes)"
 
 
 def _against_target(config: DFlashConfig, target: TargetInfo, source: Path) -> list[Finding]:
@@ -272,8 +272,8 @@ def _draft_length(launch: Launch, config: DFlashConfig) -> list[Finding]:
     if 1 <= k < want and "default" not in ev[0]:  # written on the line: a shape `tune` may choose, not a default
         why = (
             f"the engine drafts a truncated block, the anchor and {k} masks, not the whole block it was trained on: "
-            f"its acceptance is the truncated block's (`python -m eagle3lab.dflash acceptance --ks {k}`), which "
-            "`python -m eagle3lab.dflash tune` measures and may choose"
+            f"its acceptance is the truncated block's (`python -m eagle3lab.drafters.dflash acceptance --ks {k}`), "
+            "which `eagle3lab tune --draft DRAFT` measures and may choose"
         )
         return [Finding("spec_params", WARNING, f"draft length {k} < block_size - 1 = {want}", [*ev, why], fix=fix)]
     why = (

@@ -1,16 +1,13 @@
-"""`python -m eagle3lab.dflash train|acceptance|generate|export|bench|tune`: the block drafter's commands
-(docs/dflash.md).
+"""`python -m eagle3lab.drafters.dflash acceptance|generate|bench|tune`: the block drafter's commands that the one CLI
+does not run yet (docs/dflash.md); `eagle3lab train --drafter dflash`, `eagle3lab export`, `eagle3lab tune` and
+`eagle3lab doctor` take a DFlash draft as they take an EAGLE-3 one.
 
-- train: a DFlash draft from the data and feature cache EAGLE-3's training uses (every `eagle3lab train` option
-  too, plus the block's);
 - acceptance: exact offline accept length on the evaluation set, beside EAGLE-3 drafts if named with --eagle3;
 - generate: greedy block decoding in the local engine, checked token for token against plain greedy decoding;
-- export: the GGUF llama.cpp serves, checked against the draft and the target;
 - bench: timed in one engine (local, vllm, llamacpp) against its own baseline, outputs compared;
 - tune: the k to serve it at in one engine, from its exact offline acceptance and the engine's costs, confirmed by a
   timed run against the engine's baseline (`eagle3lab tune` options; `eagle3lab tune --draft DFLASH` runs it too).
-Exit codes: 0 done, 1 a check failed (generate's output differs, training's loss is not finite) or a server died,
-2 bad input."""
+Exit codes: 0 done, 1 a check failed (generate's output differs) or a server died, 2 bad input."""
 
 from __future__ import annotations
 
@@ -22,20 +19,6 @@ import torch
 
 from eagle3lab.io import InputError, command
 from eagle3lab.options import add_options, from_options
-
-
-def _train(argv) -> int:
-    from eagle3lab.dflash.train import DFlashTrainConfig, train_dflash
-
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash train", description="Train a DFlash draft.")
-    add_options(parser, DFlashTrainConfig)
-    result = train_dflash(from_options(parser.parse_args(argv), DFlashTrainConfig))
-    best = result["best"] or {}
-    print(
-        f"trained {result['steps']} of {result['budget_steps']} steps at {result['tokens_per_s']:.0f} tok/s; held-out "
-        f"accept length {best.get('accept_length')} at step {best.get('step')}\ndraft: {result['draft']}"
-    )
-    return 0
 
 
 def versus(per_prompt: list[dict], dflash: list[str], eagle3: list[str], boot: int = 2000) -> list[dict]:
@@ -70,7 +53,7 @@ def _acceptance_parser() -> argparse.ArgumentParser:
     from eagle3lab.models.target import DEFAULT_TARGET
     from eagle3lab.paths import ARTIFACTS
 
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash acceptance")
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.drafters.dflash acceptance")
     parser.add_argument("drafts", nargs="+", help="DFlash draft folders (name=folder to label one)")
     parser.add_argument(
         "--eagle3",
@@ -102,8 +85,8 @@ def _acceptance(argv) -> int:
     from eagle3lab.benchmark import acceptance as chain
     from eagle3lab.benchmark.eval_set import build_eval_set, parse_sets, summary
     from eagle3lab.benchmark.systems import load_bench_draft
-    from eagle3lab.dflash import acceptance
-    from eagle3lab.dflash.model import load_dflash
+    from eagle3lab.drafters.dflash import acceptance
+    from eagle3lab.drafters.dflash.model import load_dflash
     from eagle3lab.io import write_json
     from eagle3lab.models.target import load_target
 
@@ -143,11 +126,11 @@ def _acceptance(argv) -> int:
 def _generate(argv) -> int:
     from eagle3lab.benchmark.prompts import encode_chat
     from eagle3lab.decoding.engine import generate
-    from eagle3lab.dflash.engine import DFlashEngine
-    from eagle3lab.dflash.model import load_dflash
+    from eagle3lab.drafters.dflash.engine import DFlashEngine
+    from eagle3lab.drafters.dflash.model import load_dflash
     from eagle3lab.models.target import DEFAULT_TARGET, load_target
 
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash generate")
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.drafters.dflash generate")
     parser.add_argument("draft", help="DFlash draft folder")
     parser.add_argument("prompt", help="a user message")
     parser.add_argument("--target", default=DEFAULT_TARGET)
@@ -164,25 +147,12 @@ def _generate(argv) -> int:
     return 0 if out.tokens == plain.tokens else 1
 
 
-def _export(argv) -> int:
-    from eagle3lab.dflash.export import export_dflash_gguf
-    from eagle3lab.models.target import DEFAULT_TARGET
-
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash export")
-    parser.add_argument("draft", help="DFlash draft folder")
-    parser.add_argument("--target", default=DEFAULT_TARGET, help="the target the draft serves (an embedded spec)")
-    parser.add_argument("--out", help="output file (default: DRAFT.gguf beside the folder)")
-    args = parser.parse_args(argv)
-    print(export_dflash_gguf(args.draft, args.target, args.out))
-    return 0
-
-
 def _bench(argv) -> int:
     from eagle3lab.benchmark.run import BenchSettings
-    from eagle3lab.dflash import serve
+    from eagle3lab.drafters.dflash import serve
     from eagle3lab.io import write_json
 
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash bench")
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.drafters.dflash bench")
     parser.add_argument("draft", help="DFlash draft folder")
     add_options(parser, BenchSettings)
     args = parser.parse_args(argv)
@@ -201,10 +171,10 @@ def _bench(argv) -> int:
 def _tune(argv) -> int:
     from eagle3lab.benchmark.tune import TuneSettings
     from eagle3lab.benchmark.tune_engine import format_engine_result
-    from eagle3lab.dflash.tune import EVAL_CACHE, tune_dflash
+    from eagle3lab.drafters.dflash.tune import EVAL_CACHE, tune_dflash
     from eagle3lab.io import write_json
 
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.dflash tune")
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.drafters.dflash tune")
     add_options(parser, TuneSettings)
     parser.add_argument("--eval-cache", default=EVAL_CACHE, help="folder of cached evaluation sets (the offline part)")
     parser.add_argument("--offline", help="the offline part from `acceptance DRAFT --ks 1,...,k --output FILE`")
@@ -218,16 +188,14 @@ def _tune(argv) -> int:
 
 
 COMMANDS = {
-    "train": _train,
     "acceptance": _acceptance,
     "generate": _generate,
-    "export": _export,
     "bench": _bench,
     "tune": _tune,
 }
 
 
-@command("python -m eagle3lab.dflash")
+@command("python -m eagle3lab.drafters.dflash")
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:

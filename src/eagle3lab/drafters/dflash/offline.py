@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from eagle3lab.dflash.model import DFlashDraft, draft_blocks
+from eagle3lab.drafters.dflash.model import DFlashDraft, draft_blocks
 
 ANCHORS_PER_FORWARD = 256  # blocks drafted in one forward: bounds the logits' memory (256 x 15 x 49,152 floats)
 

@@ -16,9 +16,9 @@ import torch.nn.functional as F
 
 from eagle3lab.decoding.offline import last_answer, walk
 from eagle3lab.devices import autocast, clock
-from eagle3lab.dflash.config import DFlashConfig
-from eagle3lab.dflash.model import DFlashDraft, draft_blocks, save_dflash
-from eagle3lab.dflash.offline import block_hits
+from eagle3lab.drafters.dflash.config import DFlashConfig
+from eagle3lab.drafters.dflash.model import DFlashDraft, draft_blocks, save_dflash
+from eagle3lab.drafters.dflash.offline import block_hits
 from eagle3lab.io import InputError, read_jsonl, write_json, write_jsonl
 from eagle3lab.options import option
 from eagle3lab.train.batches import make_batches

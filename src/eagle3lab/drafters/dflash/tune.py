@@ -7,13 +7,13 @@ block_size - 1) are the shapes:
 
 1. **acceptance**: the truncated block's exact offline accept length at every k (`dflash.acceptance`), on the
    evaluation set's records of the tune's sets (the target's own cached answers; `benchmark.eval_set`), or read
-   from `python -m eagle3lab.dflash acceptance DRAFT --ks 1,2,3 --output FILE` (`--offline FILE`);
+   from `python -m eagle3lab.drafters.dflash acceptance DRAFT --ks 1,2,3 --output FILE` (`--offline FILE`);
 2. **costs**: the engine's baseline and the draft at every k on the tune prompts (`serve.served`, `serve.local`); the
    calibration half gives the plain step t_step and the round t_round(k) (`benchmark.tune_engine`);
 3. **prediction** tau_offline(k) * t_step / t_round(k); the held-out half times every k against the engine's own
    baseline, which confirms it or not. The decision is the measured best when it beats the baseline.
 
-    python -m eagle3lab.dflash tune --draft DRAFT --engine local|vllm|llamacpp [--sets mtbench --limit 8 ...]
+    python -m eagle3lab.drafters.dflash tune --draft DRAFT --engine local|vllm|llamacpp [--sets mtbench --limit 8 ...]
     eagle3lab tune --draft DRAFT ...   # the same, for a DFlash draft folder
 """
 
@@ -27,7 +27,7 @@ import torch
 
 from eagle3lab.benchmark.tune import TuneSettings
 from eagle3lab.benchmark.tune_engine import bench_settings, tune_from_benchmark
-from eagle3lab.dflash import serve
+from eagle3lab.drafters.dflash import serve
 from eagle3lab.io import InputError, require
 from eagle3lab.paths import ARTIFACTS
 
@@ -39,8 +39,8 @@ def offline_acceptance(draft, target_spec: str, ks: list[int], sets: list[str] |
     set's records (built once into `cache`, the reference sets) of `sets` (None: every record)."""
     from eagle3lab.benchmark.acceptance import pooled
     from eagle3lab.benchmark.eval_set import DEFAULT_SETS, build_eval_set
-    from eagle3lab.dflash.acceptance import evaluate
-    from eagle3lab.dflash.model import load_dflash
+    from eagle3lab.drafters.dflash.acceptance import evaluate
+    from eagle3lab.drafters.dflash.model import load_dflash
     from eagle3lab.models.target import load_target
 
     target = load_target(target_spec, dtype=torch.float32)
@@ -52,14 +52,16 @@ def offline_acceptance(draft, target_spec: str, ks: list[int], sets: list[str] |
 
 
 def read_offline(path, ks: list[int], set_name: str = "all") -> dict:
-    """{k: pooled row} for `ks` from `python -m eagle3lab.dflash acceptance DRAFT --ks ... --output PATH` (its
+    """{k: pooled row} for `ks` from `python -m eagle3lab.drafters.dflash acceptance DRAFT --ks ... --output PATH` (its
     table's rows of `set_name`, one draft), so the offline part can run apart from the timed one."""
     try:
         table = json.loads(Path(path).read_text()).get("table")
     except (OSError, ValueError, AttributeError) as e:
         raise InputError(f"{path}: not an acceptance result ({e})") from None
     if not isinstance(table, list):
-        raise InputError(f"{path}: no `table` list: write it with python -m eagle3lab.dflash acceptance --ks --output")
+        raise InputError(
+            f"{path}: no `table` list: write it with python -m eagle3lab.drafters.dflash acceptance --ks --output"
+        )
     found, systems = {}, set()
     for i, row in enumerate(table):
         where = f"{path}: table record {i + 1}"

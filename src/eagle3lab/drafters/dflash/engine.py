@@ -17,7 +17,7 @@ from eagle3lab.decoding.engine import emit
 from eagle3lab.decoding.generation import Generation
 from eagle3lab.decoding.tree import keep_cache_positions
 from eagle3lab.devices import clock
-from eagle3lab.dflash.model import DFlashDraft, block_mask
+from eagle3lab.drafters.dflash.model import DFlashDraft, block_mask
 from eagle3lab.models.draft import DraftCache
 from eagle3lab.models.target import AuxCapture
 

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from eagle3lab.dflash.config import ARCHITECTURE, DFlashConfig
+from eagle3lab.drafters.dflash.config import ARCHITECTURE, DFlashConfig
 from eagle3lab.engines.llamacpp.gguf import default_output, gguf_facts, run_converter
 from eagle3lab.engines.llamacpp.gguf_file import read_header
 from eagle3lab.io import InputError
@@ -85,7 +85,7 @@ def export_dflash_gguf(draft: str | os.PathLike, target_spec: str, out: str | os
     from eagle3lab.models.target import embedded_gguf, resolve
 
     if not (Path(draft) / "config.json").is_file():
-        raise InputError(f"DFlash draft {draft}: no config.json (python -m eagle3lab.dflash train writes the folder)")
+        raise InputError(f"DFlash draft {draft}: no config.json (eagle3lab train --drafter dflash writes the folder)")
     config = DFlashConfig.from_hf(json.loads((Path(draft) / "config.json").read_text()), f"{draft}/config.json")
     out = Path(out) if out else default_output(draft)
     partial = out.with_name(out.name + ".partial")
