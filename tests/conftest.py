@@ -61,16 +61,10 @@ def smollm2():
     return load_target("smollm2-135m-instruct", dtype=torch.float32)
 
 
+# The width of every tiny random model the tests build (hidden 64, 4 heads over 2 KV heads); each sets the rest.
+TINY_WIDTH = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
 # The tiny random Llama of the logic tests (tiny_llama) and of project_draft's target.
-TINY_LLAMA = dict(
-    vocab_size=320,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=6,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-)
+TINY_LLAMA = dict(**TINY_WIDTH, vocab_size=320, num_hidden_layers=6, max_position_embeddings=256)
 
 
 @pytest.fixture(scope="session")
@@ -103,12 +97,9 @@ def tiny_target(tmp_path_factory):
 
     path = save_tiny_chat_model(
         tmp_path_factory.mktemp("tiny") / "model",
+        **TINY_WIDTH,
         vocab_size=49152,
-        hidden_size=64,
-        intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=320,
         bos_token_id=1,
         eos_token_id=2,

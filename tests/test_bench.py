@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from conftest import TINY_WIDTH
 from eagle3lab.benchmark.commands import bench as main
 from eagle3lab.benchmark.commands import bench_parser
 from eagle3lab.benchmark.costs import measure_forward_costs
@@ -15,6 +16,7 @@ from eagle3lab.benchmark.prompts import load_prompts
 from eagle3lab.benchmark.run import run_benchmark, to_dataframe
 from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
 from eagle3lab.models.target import converted_dir, resolve
+from eagle3lab.pipeline.report_tables import ROW_KEYS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -26,11 +28,8 @@ def tiny(tmp_path_factory):
     tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
+        **TINY_WIDTH,
         num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         vocab_size=len(tokenizer),
         max_position_embeddings=1024,
         tie_word_embeddings=True,
@@ -105,12 +104,7 @@ def test_cli_end_to_end(tiny, capsys):
     assert len(rows) == 2 * (1 + 2 + 4)
     for row in rows:
         for key in (
-            "set",
-            "system",
-            "config",
-            "accept_length",
-            "tokens_per_s",
-            "speedup_vs_baseline",
+            *ROW_KEYS,
             "speedup_vs_hf_generate",
             "identical_rate",
             "divergences",
@@ -136,7 +130,7 @@ def test_cli_errors(tiny, capsys):
     assert main(base + ["--configs", "2,3,1,4", "--draft", str(tiny / "draft")]) == 2
     assert "batch size 2" in capsys.readouterr().err
     assert main(base + ["--configs", "1,3,1,4", "--draft", str(tiny / "missing")]) == 2
-    assert "no draft there" in capsys.readouterr().err
+    assert f"eagle3lab bench: --draft {tiny / 'missing'}: nothing there" in capsys.readouterr().err
     bad = tiny / "bad.jsonl"
     bad.write_text(json.dumps({"id": "x", "prompt": "ok"}) + "\n" + json.dumps({"id": "y", "text": "?"}) + "\n")
     assert main(["--target", str(tiny / "target"), "--prompts", str(bad), "--configs", "1,0,0,0", "--quiet"]) == 2

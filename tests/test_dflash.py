@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from conftest import TINY_WIDTH
 from eagle3lab.benchmark.prompts import encode_chat
 from eagle3lab.decoding.engine import generate
 from eagle3lab.decoding.offline import walk
@@ -27,10 +28,7 @@ TINY_FIELDS += ("vocab_size", "max_position_embeddings", "tie_word_embeddings", 
 
 def tiny_config(**kw) -> DFlashConfig:
     base = dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **TINY_WIDTH,
         head_dim=16,
         vocab_size=49152,
         num_target_layers=4,

@@ -7,6 +7,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
+from conftest import TINY_WIDTH
 from eagle3lab.models.checkpoint import HEADER_ROOM, open_checkpoint
 from eagle3lab.models.draft import DraftCache, DraftConfig, DraftFormatError, Eagle3Draft, load_draft, save_draft
 
@@ -31,16 +32,14 @@ SGLANG_KEYS = {
 
 
 def target_config(**kw):
-    base = dict(
-        hidden_size=64,
-        intermediate_size=96,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=300,
-        max_position_embeddings=512,
-        num_hidden_layers=6,
-        rope_parameters={"rope_type": "default", "rope_theta": 5e4},
-    )
+    base = {
+        **TINY_WIDTH,
+        "intermediate_size": 96,
+        "vocab_size": 300,
+        "max_position_embeddings": 512,
+        "num_hidden_layers": 6,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 5e4},
+    }
     return LlamaConfig(**{**base, **kw})
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import TINY_WIDTH
 from eagle3lab.io import InputError
 from eagle3lab.models.target import aux_hidden_indices, forward_with_aux, load_target
 from eagle3lab.train.features import online_features, open_cache, tokenize_conversation, tokenize_file
@@ -21,11 +22,8 @@ def save_tiny_target(folder: Path, layers: int = 4) -> Path:
     """A random 4-layer Llama (hidden 64) with SmolLM2's tokenizer and ChatML template: real text, tiny compute."""
     return save_tiny_chat_model(
         folder,
-        hidden_size=64,
-        intermediate_size=128,
+        **TINY_WIDTH,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         vocab_size=49152,
         max_position_embeddings=1024,
         tie_word_embeddings=True,

@@ -236,13 +236,7 @@ def test_kill9_then_resume_loses_and_duplicates_nothing(tmp_path, tiny_target):
             str(out),
             "--target",
             tiny_target,
-            "--dtype",
-            "float32",
-            "--batch-size",
-            "1",
-            "--max-new-tokens",
-            "24",
-            "--no-progress",
+            *["--dtype", "float32", "--batch-size", "1", "--max-new-tokens", "24", "--no-progress"],
         ]
     )
     _wait_for_lines(out, 3, proc)

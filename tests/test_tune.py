@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from conftest import TINY_WIDTH
 from eagle3lab.benchmark import commands
 from eagle3lab.benchmark import tune as tune_module
 from eagle3lab.benchmark.costs import prefill_cost, read_costs, verify_cost
@@ -223,12 +224,9 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("tune")
     target = save_tiny_chat_model(
         root / "target",
+        **TINY_WIDTH,
         vocab_size=49152,
-        hidden_size=64,
-        intermediate_size=128,
         num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=1024,
         tie_word_embeddings=True,
         eos_token_id=2,
@@ -256,7 +254,7 @@ def test_a_draft_folder_that_does_not_load_is_named(tiny, tmp_path):
     (broken / "model.safetensors").write_bytes(b"not weights")
     with pytest.raises(InputError, match="broken-draft: the draft does not load"):
         load_bench_draft(broken, target, torch.float32)
-    with pytest.raises(InputError, match="missing-draft: no draft there"):
+    with pytest.raises(InputError, match="--draft .*missing-draft: nothing there"):
         load_bench_draft(tmp_path / "missing-draft", target, torch.float32)
 
 

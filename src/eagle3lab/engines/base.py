@@ -156,3 +156,9 @@ class EngineEntry:
     fields: tuple[DraftField, ...]  # every draft config field it reads
     server: Callable[..., Engine] | None = None  # the served engine, where it runs here
     files: Callable[..., Any] | None = None  # (launch, draft, target) -> its own draft/target files, or None
+
+    @classmethod
+    def of(cls, name: str, title: str, launch_line, probe, fields, **more) -> EngineEntry:
+        """An engine folder's entry from its modules by their roles: `launch_line` (reads, read_launch), `probe`
+        (check_server) and its fields table; `more`: server, files."""
+        return cls(name, title, launch_line.reads, launch_line.read_launch, probe.check_server, fields, **more)

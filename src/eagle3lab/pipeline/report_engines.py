@@ -110,12 +110,7 @@ def _in_engine(name: str, v: dict | None) -> str:
     rows = report_tables.cells(
         [r for r in v["rows"] if r["engine"] == name],
         (
-            "set",
-            "system",
-            "config",
-            "accept_length",
-            "tokens_per_s",
-            "speedup_vs_baseline",
+            *report_tables.ROW_KEYS,
             "speedup_vs_local",
             "speedup_vs_hf_generate",
             "identical_rate",

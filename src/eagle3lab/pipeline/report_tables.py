@@ -9,6 +9,8 @@ from pathlib import Path
 
 # The results page is docs/results.md: its figure links climb one folder to figures/.
 FIGURES = "../figures"
+# the columns every benchmark table opens with: which row, and what it measured
+ROW_KEYS = ("set", "system", "config", "accept_length", "tokens_per_s", "speedup_vs_baseline")
 
 
 def figure(alt: str, name: str) -> str:

@@ -132,12 +132,13 @@ def tensor_difference(a: bytes, b: bytes) -> str | None:
         ta, tb = head_a[name], head_b[name]
         if (ta["dtype"], ta["shape"]) != (tb["dtype"], tb["shape"]):
             return f"tensor {name}: {ta['dtype']}{ta['shape']} != {tb['dtype']}{tb['shape']}"
-        raw_a = a[start_a + ta["data_offsets"][0] : start_a + ta["data_offsets"][1]]
-        raw_b = b[start_b + tb["data_offsets"][0] : start_b + tb["data_offsets"][1]]
+        raw_a = memoryview(a)[start_a + ta["data_offsets"][0] : start_a + ta["data_offsets"][1]]
+        raw_b = memoryview(b)[start_b + tb["data_offsets"][0] : start_b + tb["data_offsets"][1]]
         if raw_a != raw_b:
             size = len(raw_a) // max(math.prod(ta["shape"]), 1)
-            i = next(i for i in range(0, len(raw_a), size) if raw_a[i : i + size] != raw_b[i : i + size])
-            pair = (raw_a[i : i + size], raw_b[i : i + size])
+            byte = int(np.argmax(np.frombuffer(raw_a, np.uint8) != np.frombuffer(raw_b, np.uint8)))
+            i = byte - byte % size
+            pair = (bytes(raw_a[i : i + size]), bytes(raw_b[i : i + size]))
             shown = [element(r, ta["dtype"]) if ta["dtype"] in NUMPY_DTYPES else r.hex() for r in pair]
             return f"tensor {name}: element {i // size} {shown[0]} != {shown[1]}"
     return None

@@ -9,7 +9,6 @@ tree stays beside it for `convert_hf_to_gguf.py` and `gguf-py`, which the GGUF e
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import os
@@ -20,6 +19,8 @@ import tempfile
 from pathlib import Path
 
 from eagle3lab.engines.base import EngineMissing
+from eagle3lab.environments import setup_or_where
+from eagle3lab.io import command
 from eagle3lab.paths import cache_dir
 from eagle3lab.serving.processes import run_step
 
@@ -100,18 +101,10 @@ def setup(jobs: int | None = None) -> Path:
     return server_path()
 
 
+@command("eagle3lab llamacpp")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m eagle3lab.engines.llamacpp.build", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("command", choices=("setup", "where"))
-    args = parser.parse_args(argv)
-    try:
-        print(setup() if args.command == "setup" else server_path())
-    except EngineMissing as e:
-        print(f"eagle3lab llamacpp: {e}", file=sys.stderr)
-        return 1
-    return 0
+    prog = "python -m eagle3lab.engines.llamacpp.build"
+    return setup_or_where(prog, __doc__.splitlines()[0], setup, server_path, argv)
 
 
 if __name__ == "__main__":

@@ -5,13 +5,4 @@ from eagle3lab.engines.llamacpp import launch_line, probe, rules
 from eagle3lab.engines.llamacpp.fields import FIELDS
 from eagle3lab.engines.llamacpp.server import LlamaCpp
 
-ENTRY = EngineEntry(
-    name="llamacpp",
-    title="llama.cpp",
-    reads=launch_line.reads,
-    read_launch=launch_line.read_launch,
-    check_server=probe.check_server,
-    fields=FIELDS,
-    server=LlamaCpp,
-    files=rules.gguf_pair,
-)
+ENTRY = EngineEntry.of("llamacpp", "llama.cpp", launch_line, probe, FIELDS, server=LlamaCpp, files=rules.gguf_pair)

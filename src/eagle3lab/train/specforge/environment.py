@@ -9,14 +9,14 @@ trainer imports. SGLang, triton, wandb, yunchang and flash-attn serve online cap
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import shutil
 import sys
 from importlib.metadata import version
 from pathlib import Path
 
-from eagle3lab.io import InputError
+from eagle3lab.environments import setup_or_where
+from eagle3lab.io import InputError, command
 from eagle3lab.paths import cache_dir
 from eagle3lab.serving.processes import run_step
 
@@ -94,18 +94,10 @@ def setup() -> Path:
     return python
 
 
+@command("eagle3lab specforge")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m eagle3lab.train.specforge.environment", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("command", choices=("setup", "where"))
-    args = parser.parse_args(argv)
-    try:
-        print(setup() if args.command == "setup" else python_path())
-    except EnvironmentMissing as e:
-        print(f"eagle3lab specforge: {e}", file=sys.stderr)
-        return 1
-    return 0
+    prog = "python -m eagle3lab.train.specforge.environment"
+    return setup_or_where(prog, __doc__.splitlines()[0], setup, python_path, argv)
 
 
 if __name__ == "__main__":
