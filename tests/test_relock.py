@@ -3,6 +3,8 @@ only the code entries change."""
 
 import hashlib
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -44,6 +46,9 @@ DVC_YAML = """stages:
       - data
       - src/eagle3lab/a.py
       - src/eagle3lab/b.py  # a module the stage imports since
+    params: [common]
+    outs:
+      - metrics/survey.json
 """
 
 
@@ -63,6 +68,8 @@ def repo(tmp_path, monkeypatch):
     (root / "src" / "eagle3lab" / "b.py").write_text("B = 2\n")
     (root / "dvc.yaml").write_text(DVC_YAML)
     (root / "dvc.lock").write_text(LOCK.format(a_md5="e8ca53efcd64ceff17fc8b4e67ff43b3", a_size=3))
+    (root / "params.yaml").write_text("common:\n  seed: 0\n")
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=root, check=True)
     monkeypatch.setattr(paths, "ROOT", root)
     return root
 
@@ -87,6 +94,10 @@ def test_equal_smoke_roots_relock_the_code_entries_only(repo, tmp_path, capsys):
     assert (repo / "dvc.lock").read_text() == expected  # data, params and outputs as they were, in DVC's layout
     out = capsys.readouterr().out
     assert "dvc.lock records the current code of 3 file(s)" in out and "src/eagle3lab/gone.py" in out
+    assert (
+        "modified"
+        not in subprocess.run([sys.executable, "-m", "dvc", "status"], cwd=repo, capture_output=True, text=True).stdout
+    )  # dvc itself finds the code it runs unchanged
 
 
 def test_a_differing_output_refuses_and_leaves_the_lock(repo, tmp_path, capsys):
@@ -98,7 +109,7 @@ def test_a_differing_output_refuses_and_leaves_the_lock(repo, tmp_path, capsys):
 
 
 def test_a_new_dependency_that_is_not_code_needs_a_run(repo, tmp_path, capsys):
-    (repo / "dvc.yaml").write_text(DVC_YAML + "      - artifacts/mixture\n")
+    (repo / "dvc.yaml").write_text(DVC_YAML.replace("      - data\n", "      - data\n      - artifacts/mixture\n"))
     before, after = smoke_root(tmp_path / "before", 1.41), smoke_root(tmp_path / "after", 1.41)
     assert relock.main([str(before), str(after)]) == 2
     assert "new dependencies ['artifacts/mixture'] need a run" in capsys.readouterr().err

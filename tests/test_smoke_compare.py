@@ -65,7 +65,29 @@ def test_a_metric_that_differs_names_its_key_path(tmp_path, capsys):
 
 def test_a_regenerated_record_that_differs_is_named(tmp_path, capsys):
     code, out = run(tmp_path, capsys, regen=[{"id": "a", "text": "Hello"}, {"id": "b", "text": "5"}])
-    assert code == 1 and 'artifacts/regen/train.jsonl: record 2: text: "4" != "5"' in out
+    assert code == 1 and 'artifacts/regen/train.jsonl: records (in order of their content): [1].text: "4" != "5"' in out
+
+
+def test_records_written_in_another_order_are_the_same_records(tmp_path, capsys):
+    """Regeneration writes records as its concurrent requests finish; two runs of one commit wrote them in another
+    order, and a set's iteration ordered a table's rows differently."""
+    code, out = run(tmp_path, capsys, regen=[{"id": "b", "text": "4"}, {"id": "a", "text": "Hello"}])
+    assert code == 0, out
+
+
+def test_a_choice_made_by_measured_speed_is_not_a_difference_but_the_data_beside_it_is(tmp_path, capsys):
+    checkout = tmp_path / "checkout"
+    (checkout / "notebooks").mkdir(parents=True)
+    a, b = fake_root(tmp_path / "a", checkout), fake_root(tmp_path / "b", checkout)
+    speed = {"question": "conversations for 1x in local", "figure": 3.1, "accept_length_needed": 3.1}
+    for root, best, tau, gain in ((a, "1,3,1,4", 3.08, 0.04), (b, "1,2,2,4", 6.44, 0.04)):
+        (root / "metrics" / "benchmark.json").write_text(json.dumps({"best_config": best, "sweep": [{"a": 1}]}))
+        findings = [{"question": "gain per doubling", "figure": gain}, speed | {"figure": tau}]
+        (root / "metrics" / "scaling.json").write_text(json.dumps({"break_even_tau": tau, "findings": findings}))
+    assert smoke_compare.main([str(a), str(b)]) == 0, capsys.readouterr().out
+    (b / "metrics" / "scaling.json").write_text(json.dumps({"break_even_tau": 1.0, "findings": [{"figure": 0.05}]}))
+    assert smoke_compare.main([str(a), str(b)]) == 1
+    assert "metrics/scaling.json: findings" in capsys.readouterr().out
 
 
 def test_a_file_on_one_side_only_is_a_difference(tmp_path, capsys):
@@ -85,3 +107,18 @@ def test_a_folder_that_is_not_a_smoke_root_is_bad_usage(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{checkout} is not a smoke root" in err
     assert smoke_compare.main([str(a), str(tmp_path / "missing")]) == 2
+
+
+def test_what_each_run_draws_anew_is_not_a_difference(tmp_path, capsys):
+    checkout = tmp_path / "checkout"
+    (checkout / "notebooks").mkdir(parents=True)
+    roots = [fake_root(tmp_path / "a", checkout), fake_root(tmp_path / "b", checkout)]
+    for pid, port, root in ((13989, 41465, roots[0]), (23096, 36719, roots[1])):
+        progress = {"status": "finished", "pid": pid, "server": f"http://127.0.0.1:{port}", "timeline": [[0.0, pid]]}
+        (root / "artifacts" / "regen" / "train.progress.json").write_text(json.dumps(progress))
+        (root / "artifacts" / "train.json").write_text(json.dumps({"command": ["llama-server", "--port", str(port)]}))
+        (root / "artifacts" / "tokens_per_s.tsv").write_text(f"step\ttokens_per_s\n1\t{pid / 10}\n")
+    assert smoke_compare.main([str(r) for r in roots]) == 0, capsys.readouterr().out
+    (roots[1] / "artifacts" / "regen" / "train.progress.json").write_text(json.dumps({"status": "running"}))
+    assert smoke_compare.main([str(r) for r in roots]) == 1
+    assert 'train.progress.json: status: "finished" != "running"' in capsys.readouterr().out

@@ -3,14 +3,14 @@ smoke comparison proves the change output-neutral: BEFORE is a smoke root made a
 the current code, on the same machine (`python -m eagle3lab.pipeline.smoke --root DIR` at each commit). Any output
 difference refuses, naming it: the stages whose outputs differ need a rerun instead.
 
-Only the code a stage runs (its `src/` dependencies, dvc.yaml's list) is rewritten, with DVC's own hash (the md5 of
-the file's bytes) and size; data, notebooks, params and outputs stay as the reference run locked them. `dvc commit`
-would do the same but needs every output in the workspace, which a clone without the run's cache lacks."""
+Only what the repository commits and no stage writes is rewritten: the code a stage runs (its notebook and its `src/`
+dependencies, dvc.yaml's list) and the committed drafts folder, each hashed by DVC itself; data, params and other
+stages' outputs stay as the reference run locked them. `dvc commit` would do the same but needs every output in the
+workspace, which a clone without the run's cache lacks."""
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from pathlib import Path
 
@@ -20,35 +20,43 @@ from eagle3lab import paths
 from eagle3lab.io import InputError, atomic_path, command
 from eagle3lab.pipeline.smoke_compare import compare
 
-CODE = "src/"
+# what the repository commits and no stage writes: the package, the notebooks, the GPU-trained drafts
+COMMITTED = ("src/", "notebooks/", "drafts")
 
 
-def code_entry(root: Path, path: str) -> dict:
-    data = (root / path).read_bytes()
-    return {"path": path, "hash": "md5", "md5": hashlib.md5(data).hexdigest(), "size": len(data)}
+def dvc_entry(dep) -> dict:
+    """A dependency's dvc.lock entry, hashed as `dvc repro` hashes it (a folder: its .dir hash, size and files)."""
+    dep.save()
+    entry = {"path": dep.def_path, "hash": "md5", "md5": dep.hash_info.value, "size": dep.meta.size}
+    return entry | ({"nfiles": dep.meta.nfiles} if dep.meta.nfiles is not None else {})
 
 
 def relocked(root: Path) -> tuple[dict, list[str]]:
-    """dvc.lock with every stage's code dependencies as dvc.yaml lists them now, hashed from the working tree; and the
-    files whose entry changed."""
+    """dvc.lock with every stage's committed dependencies as dvc.yaml lists them now, hashed from the working tree;
+    and the paths whose entry changed."""
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+    from dvc.stage import PipelineStage
+
     yaml = YAML()
     yaml.indent(mapping=2, sequence=2, offset=0)  # DVC's own layout: a diff shows only the changed entries
     lock = yaml.load((root / "dvc.lock").read_text())
-    stages = YAML(typ="safe").load((root / "dvc.yaml").read_text())["stages"]
     changed = []
-    for name, stage in stages.items():
-        if name not in lock["stages"]:
-            raise InputError(f"{root / 'dvc.lock'}: no stage '{name}': it never ran, and needs a run, not a relock")
-        locked = lock["stages"][name]["deps"]
-        kept = [dep for dep in locked if not dep["path"].startswith(CODE)]
-        missing = [d for d in stage["deps"] if not d.startswith(CODE) and d not in {k["path"] for k in kept}]
-        if missing:
-            raise InputError(f"{root / 'dvc.yaml'}: stage '{name}': new dependencies {missing} need a run")
-        before = {dep["path"]: dep["md5"] for dep in locked if dep["path"].startswith(CODE)}
-        code = [code_entry(root, d) for d in stage["deps"] if d.startswith(CODE)]
-        changed += [c["path"] for c in code if before.get(c["path"]) != c["md5"]]
-        changed += [p for p in before if p not in {c["path"] for c in code}]
-        locked[:] = sorted([*kept, *code], key=lambda dep: dep["path"])
+    with Repo(str(root)) as repo:
+        for stage in (s for s in repo.index.stages if isinstance(s, PipelineStage)):  # not data.dvc
+            if stage.name not in lock["stages"]:
+                raise InputError(f"{root / 'dvc.lock'}: no stage '{stage.name}': it never ran; it needs a run")
+            deps = [d for d in stage.deps if not isinstance(d, ParamsDependency)]  # params are locked as they were
+            locked = lock["stages"][stage.name]["deps"]
+            before = {dep["path"]: dep for dep in locked}
+            kept = [dep for dep in locked if not dep["path"].startswith(COMMITTED)]
+            missing = [d.def_path for d in deps if not d.def_path.startswith(COMMITTED) and d.def_path not in before]
+            if missing:
+                raise InputError(f"{root / 'dvc.yaml'}: stage '{stage.name}': new dependencies {missing} need a run")
+            now = [dvc_entry(dep) for dep in deps if dep.def_path.startswith(COMMITTED)]
+            changed += [e["path"] for e in now if (before.get(e["path"]) or {}).get("md5") != e["md5"]]
+            changed += [p for p in before if p.startswith(COMMITTED) and p not in {e["path"] for e in now}]
+            locked[:] = sorted([*kept, *now], key=lambda dep: dep["path"])
     return lock, sorted(set(changed))
 
 

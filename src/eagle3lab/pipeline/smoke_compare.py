@@ -1,5 +1,6 @@
 """`python -m eagle3lab.pipeline.smoke_compare A B`: whether two smoke roots (eagle3lab.pipeline.smoke) hold the same
-pipeline outputs, timings excluded: a code change that alters none may be recorded in dvc.lock with `dvc commit`."""
+pipeline outputs, timings and what measured speed decides excluded: a code change that alters none may be recorded in
+dvc.lock without a rerun (`python -m eagle3lab.pipeline.relock`)."""
 
 from __future__ import annotations
 
@@ -14,70 +15,110 @@ from pathlib import Path
 
 import numpy as np
 
+from eagle3lab.io import InputError, command
+
 # Only these folders: figures/ (PNG bytes are not reproducible) and reports/ (executed notebooks: timings, paths) are
 # views of what these hold.
 COMPARED = ("artifacts", "metrics")
 
-# The words that mark a JSON key as a timing or a fact about the moment or machine of a run: the key is split at "_",
-# "-" and spaces, and its whole value is left out when any word is one of these (costs_ms, tokens_per_s, time_split).
-# Each family differs between two runs of the same code on the same machine, or says nothing about the code:
+# The words that mark a JSON key as a timing or a fact about the moment, process or machine of a run: the key is split
+# at "_", "-" and spaces, and its whole value is left out when any word is one of these (costs_ms, tokens_per_s,
+# time_split, server_pid). Each family differs between two runs of the same code on the same machine (two smoke runs
+# of one commit showed each of these differ), or says nothing about the code:
 TIMING_WORDS = frozenset(
     {
-        # durations, in the units the metrics use: seconds, step_s, round_ms, minutes, hours (regeneration estimates)
-        *("seconds", "s", "ms", "minutes", "hours", "elapsed", "time", "wall", "eta", "duration"),
+        # durations, in the units the metrics use: seconds, step_s, round_ms, minutes, hours (regeneration estimates);
+        # timeline: regeneration's progress, [seconds, tokens, records]; other: the per-round overhead in seconds
+        # (tune's profile.other, measured even where a costs file gives the rest)
+        *("seconds", "s", "ms", "minutes", "hours", "elapsed", "time", "wall", "eta", "duration", "timeline", "other"),
         # rates and their ratios: tokens_per_s, tok_s, throughput, speedup_vs_baseline all divide by a duration
         *("speedup", "throughput"),
-        # when a run happened
-        *("created", "started", "finished", "date"),
-        # the machine it ran on: same machine for both roots, but not the code's doing
-        *("hardware", "host", "cpu"),
+        # when a run happened: created, started_at, updated_at (regeneration's progress files)
+        *("created", "started", "updated", "finished", "date"),
+        # the process and machine it ran on: process ids (pid, server_pid), the CPU (scaling's hardware)
+        *("pid", "hardware", "host", "cpu"),
     }
 )
 
-# Files that only log a run (servers' and trainers' output, with times and process ids), never read as results.
-LOG_SUFFIXES = (".log",)
+
+# What is decided by measured speed under names that do not say so (two smoke runs of one commit on one machine
+# differed in each): the shape that ran fastest and everything chosen from it, the cost model's break-even and
+# calibration, tune's whole profile and decision. Listed by file and top-level key; every other key is compared.
+DECIDED_BY_TIMINGS = {
+    "metrics/benchmark.json": {"best_config", "lossless", "tuned", "llamacpp", "llamacpp_split"},
+    "metrics/scaling.json": {"break_even_tau", "tau_for_2x", "local_calibration", "tuned", "engines", "records_needed"},
+    "metrics/tune.json": {"profile", "costs", "predictions", "benchmark", "ranked", "winner", "decision", "launch"},
+}
+# A finding read off the cost model (data needed for a speedup) carries the accept length that speedup needs.
+SPEED_FINDING = "accept_length_needed"
+# Content-keyed caches: a folder named by a hash of its input file's bytes. Regeneration writes records as requests
+# finish (several at once), so the same records come in another order and the key differs; the drafts trained from
+# the cache are compared bitwise, the records themselves as a set.
+CACHES = ("artifacts/features/",)
+CACHE_PATH = re.compile(r"<root>/artifacts/features/[0-9a-f]+")
 
 
-def is_timing(key: str) -> bool:
-    return any(word in TIMING_WORDS for word in re.split(r"[_\s-]+", key.lower()))
+def is_timing(name: str) -> bool:
+    return any(word in TIMING_WORDS for word in re.split(r"[_\s.-]+", name.lower()))
 
 
-class NotASmokeRoot(Exception):
-    pass
+def is_result(path: Path) -> bool:
+    """Whether a file is compared. Left out: logs (servers' output: times, process ids), files named for a timing
+    (dvclive's tokens_per_s.tsv), and training's resume checkpoints (checkpoint.pt: the seconds trained, train_time,
+    and the process's unseeded Python RNG state; the weights they resume are compared as draft/model.safetensors)."""
+    return path.suffix not in (".log", ".pt") and not is_timing(path.stem)
+
+
+def without_timings(value, decided: set[str] = frozenset()):
+    """A JSON value with its timing keys, the keys in `decided` (top level) and findings read off the cost model
+    left out: what must be equal between two runs of the same code."""
+    if isinstance(value, dict):
+        return {
+            k: without_timings(v)
+            for k, v in value.items()
+            if not is_timing(k) and k not in decided and not (isinstance(v, dict) and SPEED_FINDING in v)
+        }
+    if isinstance(value, list):
+        kept = [without_timings(v) for v in value if not (isinstance(v, dict) and SPEED_FINDING in v)]
+        # rows of a table: their order is how the run met them (a set's iteration, requests as they finished)
+        if kept and all(isinstance(v, dict) for v in kept):
+            kept.sort(key=lambda v: json.dumps(v, sort_keys=True))
+        return kept
+    return value
+
+
+# Ports the OS hands out at random to each server a run starts: in commands (--port 41465) and addresses
+# (http://127.0.0.1:48431).
+PORT = re.compile(r"(--port\W+|(?:127\.0\.0\.1|localhost):)\d+")
 
 
 def check_root(root: Path) -> None:
     if not root.is_dir():
-        raise NotASmokeRoot(f"{root} is not a folder")
+        raise InputError(f"{root} is not a folder")
     # eagle3lab.pipeline.smoke.prepare_root links notebooks/ into every scratch root: it tells one from a checkout.
     if not (root / "notebooks").is_symlink():
-        raise NotASmokeRoot(f"{root} is not a smoke root: no notebooks/ link (a checkout, or not a smoke folder?)")
+        raise InputError(f"{root} is not a smoke root: no notebooks/ link (a checkout, or not a smoke folder?)")
     for folder in COMPARED:
         if not (root / folder).is_dir():
-            raise NotASmokeRoot(f"{root} is not a finished smoke root: no {folder}/ folder")
+            raise InputError(f"{root} is not a finished smoke root: no {folder}/ folder")
 
 
 def normaliser(root: Path):
-    """Paths that name the root itself, or the checkout its links point at, differ between two roots and mean the
-    same: each becomes a placeholder, in any text read from the root."""
-    prefixes = {str(root.absolute()): "<root>", str(root.resolve()): "<root>"}
-    prefixes[str((root / "notebooks").resolve().parent)] = "<checkout>"
-    # longest first, and a prefix must end where a path part ends: /tmp/smoke is not a prefix of /tmp/smoke2
-    pattern = re.compile("|".join(re.escape(p) + r"(?![\w.-])" for p in sorted(prefixes, key=len, reverse=True)))
-    return lambda text: pattern.sub(lambda m: prefixes[m.group(0)], text)
+    """Text read from a root, with what differs between two roots and means the same made equal: the root's own path
+    (as given and resolved) becomes <root>, a server's port <port>."""
+    prefixes = sorted({str(root.absolute()), str(root.resolve())}, key=len, reverse=True)
+    # a prefix must end where a path part ends: /tmp/smoke is not a prefix of /tmp/smoke2
+    own = re.compile("|".join(re.escape(p) + r"(?![\w.-])" for p in prefixes))
+    return lambda text: CACHE_PATH.sub("<cache>", PORT.sub(r"\1<port>", own.sub("<root>", text)))
 
 
 def outputs(root: Path) -> set[str]:
-    return {
-        str(p.relative_to(root))
-        for folder in COMPARED
-        for p in (root / folder).rglob("*")
-        if p.is_file() and not p.name.endswith(LOG_SUFFIXES)
-    }
+    found = {str(p.relative_to(root)) for folder in COMPARED for p in (root / folder).rglob("*") if p.is_file()}
+    return {rel for rel in found if is_result(Path(rel)) and not rel.startswith(CACHES)}
 
 
 def short(value) -> str:
-    text = json.dumps(value) if not isinstance(value, bytes) else value.hex()
+    text = json.dumps(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -159,18 +200,18 @@ def difference(rel: str, a: Path, b: Path, norm_a, norm_b) -> str | None:
         return tensor_difference(raw_a, raw_b)
     try:
         text_a, text_b = norm_a(raw_a.decode()), norm_b(raw_b.decode())
-    except UnicodeDecodeError:  # any other binary (torch .pt, GGUF): bitwise
+    except UnicodeDecodeError:  # any other binary: bitwise
         digests = [hashlib.sha256(raw).hexdigest()[:12] for raw in (raw_a, raw_b)]
         return None if raw_a == raw_b else f"sha256 {digests[0]} != {digests[1]}"
     try:
         if suffix == ".json":
-            return json_difference(json.loads(text_a), json.loads(text_b))
-        if suffix == ".jsonl":
-            records_a, records_b = text_a.splitlines(), text_b.splitlines()
-            for i, (x, y) in enumerate(zip(records_a, records_b), 1):
-                if found := json_difference(json.loads(x), json.loads(y)):
-                    return f"record {i}: {found}"
-            return f"{len(records_a)} records != {len(records_b)}" if len(records_a) != len(records_b) else None
+            decided = DECIDED_BY_TIMINGS.get(rel, set())
+            return json_difference(*(without_timings(json.loads(t), decided) for t in (text_a, text_b)))
+        if suffix == ".jsonl":  # the records as a set: written as they finished (see CACHES)
+            records_a, records_b = ([json.loads(line) for line in t.splitlines()] for t in (text_a, text_b))
+            if found := json_difference(without_timings(records_a), without_timings(records_b)):
+                return f"records (in order of their content): {found}"
+            return None
     except json.JSONDecodeError:  # a truncated or hand-edited file: still an output, compared as text
         pass
     return lines_difference(text_a.splitlines(), text_b.splitlines(), "line")
@@ -189,6 +230,7 @@ def compare(a: Path, b: Path) -> tuple[list[str], int]:
     return lines, len(in_a | in_b)
 
 
+@command("smoke compare")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m eagle3lab.pipeline.smoke_compare", description=__doc__.splitlines()[0]
@@ -196,12 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("a", type=Path, help="a smoke root (python -m eagle3lab.pipeline.smoke --root A)")
     parser.add_argument("b", type=Path, help="another smoke root")
     args = parser.parse_args(argv)
-    try:
-        check_root(args.a)
-        check_root(args.b)
-    except NotASmokeRoot as e:
-        print(f"smoke compare: {e}", file=sys.stderr)
-        return 2
+    check_root(args.a)
+    check_root(args.b)
     lines, compared = compare(args.a, args.b)
     for line in lines:
         print(line)
