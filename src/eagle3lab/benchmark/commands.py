@@ -8,7 +8,7 @@ from pathlib import Path
 
 from eagle3lab.benchmark.run import BenchSettings, format_table, run_benchmark
 from eagle3lab.benchmark.served import SERVED_COLUMNS, run_served_benchmark
-from eagle3lab.benchmark.systems import DEFAULT_DRAFT, check_draft_folders
+from eagle3lab.benchmark.systems import DEFAULT_DRAFT, check_draft_folders, parse_system_config
 from eagle3lab.benchmark.table import render_rows
 from eagle3lab.benchmark.tune import TuneSettings
 from eagle3lab.cli import COMMANDS
@@ -59,7 +59,8 @@ def bench(argv: list[str]) -> int:
     """`eagle3lab bench`: the local benchmark, or one in a served engine."""
     args = bench_parser().parse_args(argv)
     settings = from_options(args, BenchSettings)
-    check_draft_folders(settings.drafts or [DEFAULT_DRAFT])
+    if any(not parse_system_config(c)[0].is_baseline for c in settings.configs):  # a shape that drafts
+        check_draft_folders(settings.drafts or [DEFAULT_DRAFT])
 
     if settings.engine == "local":
         result = run_benchmark(settings=settings, progress=not args.quiet)

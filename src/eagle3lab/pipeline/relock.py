@@ -14,6 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from dvc.dependency.param import ParamsDependency
+from dvc.repo import Repo
+from dvc.stage import PipelineStage
 from ruamel.yaml import YAML
 
 from eagle3lab import paths
@@ -34,10 +37,6 @@ def dvc_entry(dep) -> dict:
 def relocked(root: Path) -> tuple[dict, list[str]]:
     """dvc.lock with every stage's committed dependencies as dvc.yaml lists them now, hashed from the working tree;
     and the paths whose entry changed."""
-    from dvc.dependency.param import ParamsDependency
-    from dvc.repo import Repo
-    from dvc.stage import PipelineStage
-
     yaml = YAML()
     yaml.indent(mapping=2, sequence=2, offset=0)  # DVC's own layout: a diff shows only the changed entries
     lock = yaml.load((root / "dvc.lock").read_text())
