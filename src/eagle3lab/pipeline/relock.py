@@ -34,12 +34,17 @@ def dvc_entry(dep) -> dict:
     return entry | ({"nfiles": dep.meta.nfiles} if dep.meta.nfiles is not None else {})
 
 
+def lock_yaml() -> YAML:
+    """A round-trip YAML in DVC's own layout for dvc.lock: a diff shows only the changed entries."""
+    yaml = YAML()
+    yaml.indent(mapping=2, sequence=2, offset=0)
+    return yaml
+
+
 def relocked(root: Path) -> tuple[dict, list[str]]:
     """dvc.lock with every stage's committed dependencies as dvc.yaml lists them now, hashed from the working tree;
     and the paths whose entry changed."""
-    yaml = YAML()
-    yaml.indent(mapping=2, sequence=2, offset=0)  # DVC's own layout: a diff shows only the changed entries
-    lock = yaml.load((root / "dvc.lock").read_text())
+    lock = lock_yaml().load((root / "dvc.lock").read_text())
     changed = []
     with Repo(str(root)) as repo:
         for stage in (s for s in repo.index.stages if isinstance(s, PipelineStage)):  # not data.dvc
@@ -71,10 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"relock refused: {len(differences)} of {compared} outputs differ; rerun the stages that make them")
         return 1
     lock, changed = relocked(paths.ROOT)
-    yaml = YAML()
-    yaml.indent(mapping=2, sequence=2, offset=0)
     with atomic_path(paths.ROOT / "dvc.lock") as tmp, open(tmp, "w") as f:
-        yaml.dump(lock, f)
+        lock_yaml().dump(lock, f)
     print(f"relock: {compared} smoke outputs equal; dvc.lock records the current code of {len(changed)} file(s)")
     print("\n".join(f"  {path}" for path in changed))
     return 0
