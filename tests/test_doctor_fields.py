@@ -11,8 +11,8 @@ import pytest
 
 from conftest import TRAINED_DRAFT
 from eagle3lab.doctor.diagnosis import diagnose
-from eagle3lab.doctor.fields import CHECKED_ELSEWHERE, RULES
 from eagle3lab.doctor.findings import ERROR, OK, WARNING
+from eagle3lab.drafters.eagle3.fields import CHECKED_ELSEWHERE, RULES
 from eagle3lab.engines.registry import ENGINES
 from eagle3lab.paths import ROOT
 

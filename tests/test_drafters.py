@@ -9,12 +9,12 @@ import pytest
 from eagle3lab import drafters
 from eagle3lab.drafters import DRAFTERS, drafter, kinds
 from eagle3lab.drafters.base import Drafter, DrafterChecks, DrafterTools
-from eagle3lab.drafters.checks import CHECKS, checks, named_by
-from eagle3lab.drafters.tools import TOOLS, tools_of
+from eagle3lab.drafters.trained import CHECKS, TOOLS, checks, named_by, tools_of
 from eagle3lab.paths import ROOT
 
 PACKAGE = ROOT / "src" / "eagle3lab"
-REGISTRIES = {PACKAGE / "drafters" / name for name in ("__init__.py", "checks.py", "tools.py")}  # one a layer
+# training's registry, and the later layers'
+REGISTRIES = {PACKAGE / "drafters" / name for name in ("__init__.py", "trained.py")}
 PARTS = ((DRAFTERS, Drafter), (CHECKS, DrafterChecks), (TOOLS, DrafterTools))
 
 

@@ -6,12 +6,12 @@ import json
 import pytest
 import torch
 
+from eagle3lab.drafters.eagle3.train import train_draft
 from eagle3lab.io import InputError
 from eagle3lab.models.checkpoint import read_json
 from eagle3lab.models.draft import EMBEDDING, load_draft
 from eagle3lab.train.config import TrainConfig
 from eagle3lab.train.features import FeatureCache
-from eagle3lab.train.loop import train_draft
 from eagle3lab.train.specforge import environment
 from eagle3lab.train.specforge.export import STATE_FILE, export_draft, latest_state
 from eagle3lab.train.specforge.inputs import (

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from eagle3lab.drafters.eagle3.loss import STEP_DECAY, ttt_loss
+from eagle3lab.drafters.eagle3.train import train_draft
 from eagle3lab.io import read_jsonl
 from eagle3lab.models.checkpoint import open_checkpoint
 from eagle3lab.models.draft import load_draft
 from eagle3lab.train.batches import make_batches
 from eagle3lab.train.cli import main
 from eagle3lab.train.config import TrainConfig
-from eagle3lab.train.loop import TrainingError, train_draft
-from eagle3lab.train.loss import STEP_DECAY, ttt_loss
+from eagle3lab.train.loop import TrainingError
 from test_draft import make_draft
 from test_features import save_tiny_target, write_conversations
 
@@ -229,7 +230,7 @@ def test_train_resume_equals_uninterrupted_and_exports(setup):
 def test_the_exported_draft_is_the_best_held_out_one(setup, monkeypatch):
     """Held-out accuracies scripted to peak at step 2 of 5 (step 4 only ties it) while training goes on: the run
     exports step 2's weights, which a second, identical run killed right after step 2 left in its checkpoint."""
-    from eagle3lab.train import loop
+    from eagle3lab.drafters.eagle3 import train as loop
 
     real_evaluate = loop.evaluate
 
@@ -257,7 +258,7 @@ def test_patience_stops_at_the_plateau_and_a_resumed_run_stops_there_too(setup, 
     """Scripted held-out accept lengths peak at step 2; with patience 2 the run stops after step 4 (two evaluations
     in a row without a better one), exports step 2's draft, says it plateaued, and a run killed at step 3 and resumed
     ends identically."""
-    from eagle3lab.train import loop
+    from eagle3lab.drafters.eagle3 import train as loop
 
     real_evaluate = loop.evaluate
 

@@ -1,10 +1,11 @@
 """Drafter kinds behind one interface (drafters.base): EAGLE-3 (drafters/eagle3/) and the DFlash block drafter
-(drafters/dflash/). drafters.kinds names them and reads a draft's kind; one registry per layer that asks imports
-them: this one for training (`drafter`), drafters.checks for the doctor, drafters.tools for export, tune and serving.
+(drafters/dflash/). drafters.kinds names them and reads a draft's kind; two registries import
+them: this one for training (`drafter`), drafters.trained for every later layer (the doctor's checks; acceptance,
+bench, export, tune and serving).
 The shared machinery asks these registries and never names a kind; a new kind is a folder, a line in drafters.kinds
 and one in each registry.
 
-One registry per layer, because a stage depends on every module its code may import, function-level imports
+Two registries, because a stage depends on every module its code may import, function-level imports
 included (pipeline.stages.code_deps): training's stage does not depend on the doctor's or the benchmark's code, and no
 registry imports the layer that calls it. Each registry imports its kinds' doors by name; each door imports its
 machinery inside its methods, so nothing here imports torch."""

@@ -1,35 +1,34 @@
-"""EAGLE-3 draft training with training-time test (TTT), from cached target features or online.
+"""The training loop every drafter kind shares: the data plan, optimizer and cosine schedule, checkpoints and resume,
+held-out evaluation and the export pick (train.selection), the patience rule and DDP. A kind subclasses `Trainer`
+with what is its own: its draft and objective (`build`), one batch's loss (`step_loss`) and the metrics of it
+(`step_metrics`), and its exact held-out walk (`held_out`); drafters/<kind>/train.py runs it with `run_trainer`
+and exports what it trained.
 
-`train_draft(TrainConfig(...))` from Python, or `eagle3lab train` (train.cli). Runs unchanged under
-`torchrun --nproc-per-node N` (DDP: gloo on CPU, NCCL with one GPU per rank). The checkpoint holds plain types only
-(tensors, dicts, lists, numbers, strings) and is read with torch.load(weights_only=True). With held-out data the
-exported draft is the one of the best held-out accept length (train.selection); `max_answer_tokens` ends the data
-plan early, `epochs` being then the most passes."""
+Runs unchanged under `torchrun --nproc-per-node N` where the kind allows it (DDP: gloo on CPU, NCCL with one GPU per
+rank). The checkpoint holds plain types only (tensors, dicts, lists, numbers, strings) and is read with
+torch.load(weights_only=True). With held-out data the exported draft is the one of the best held-out accept length;
+`max_answer_tokens` ends the data plan early, `epochs` being then the most passes."""
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 import torch
 
-from eagle3lab.decoding.offline import draft_hits, last_answer, walk
 from eagle3lab.devices import clock, resolve_device
-from eagle3lab.io import InputError, RunFailed, atomic_path, read_jsonl, sha256_file, write_json, write_jsonl
-from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
-from eagle3lab.train.batches import Examples, make_batches
+from eagle3lab.io import InputError, RunFailed, atomic_path, read_jsonl, sha256_file, write_jsonl
+from eagle3lab.train.batches import make_batches
 from eagle3lab.train.config import TrainConfig
 from eagle3lab.train.distributed import Dist, init_distributed
-from eagle3lab.train.inputs import Inputs, load_inputs, with_features
+from eagle3lab.train.inputs import Inputs, load_inputs
 from eagle3lab.train.live import LiveCurves
-from eagle3lab.train.loss import TTTObjective, summarize, ttt_loss
 from eagle3lab.train.resume import (
     CHECKPOINT,
     draft_weights,
     load_draft_weights,
-    param_checksum,
     read_checkpoint,
     rng_state,
     set_rng_state,
@@ -47,48 +46,6 @@ ADDED_LATER = {"init_layer_from_target": None, "acceptance_loss_weight": 0.0}
 
 class TrainingError(RunFailed):
     pass
-
-
-def build_draft(cfg: TrainConfig, inputs: Inputs, device: torch.device) -> tuple[Eagle3Draft, torch.Tensor]:
-    """A fresh draft shaped like one target layer, on `device`, and the target's head rows over the draft vocab."""
-    model = inputs.target.model
-    draft = Eagle3Draft(DraftConfig.from_target(model.config, cfg.draft_vocab_size, cfg.aux_layer_ids))
-    ids = inputs.vocab.ids
-    with torch.no_grad():
-        draft.embed_tokens.weight.copy_(model.get_input_embeddings().weight)
-        draft.set_vocab(ids)
-        if cfg.init_head_from_target:
-            draft.lm_head.weight.copy_(model.get_output_embeddings().weight[ids.to(device)])
-            draft.norm.weight.copy_(model.model.norm.weight)
-        if cfg.init_layer_from_target is not None:
-            draft.midlayer.copy_target_layer(model.model.layers[cfg.init_layer_from_target])
-    return draft.to(device), model.get_output_embeddings().weight[ids.to(device)].detach()
-
-
-def evaluate(draft, examples: Examples, head, cfg: TrainConfig, inputs: Inputs) -> dict:
-    """Held-out loss and per-step accuracy, and the exact accept length of a chain of ttt_length steps on each
-    conversation's last answer (decoding.offline's teacher-forced walk: with regenerated held-out data, the
-    target's own answers; a token outside the draft vocabulary is a miss). The accept length picks the export."""
-    draft.eval()
-    sums, correct, counts = (torch.zeros(cfg.ttt_length) for _ in range(3))
-    emitted = rounds = 0
-    with torch.no_grad():
-        for batch_idx in make_batches(examples.lengths, cfg.batch_tokens, seed=0, epoch=0):
-            batch = with_features(examples.batch(batch_idx), inputs, cfg.online)
-            out = ttt_loss(draft, batch, head, cfg.ttt_length, cfg.bf16)
-            sums += out["loss_sum"].float().cpu()
-            correct += out["correct"].float().cpu()
-            counts += out["count"].float().cpu()
-            for row, n in enumerate(batch["lengths"].tolist()):
-                prompt, answer = last_answer(batch["loss_mask"][row, :n].cpu())
-                if answer < 2:
-                    continue
-                ids, aux = batch["input_ids"][row, : prompt + answer], batch["aux"][row, : prompt + answer].float()
-                hits = draft_hits(draft, aux, ids, cfg.ttt_length, first=prompt - 1)
-                rounds += len(walk(hits, prompt, answer, cfg.ttt_length))
-                emitted += answer - 1
-    draft.train()
-    return summarize(sums, correct, counts) | {"accept_length": round(emitted / rounds, 5) if rounds else 1.0}
 
 
 # ---- schedule / checkpoint -----------------------------------------------------------------------------------------
@@ -114,12 +71,12 @@ def run_identity(cfg: TrainConfig) -> dict:
 
 
 class Trainer:
-    """One run's moving parts: the draft (DDP-wrapped across ranks), optimizer, schedule, data plan and counters."""
+    """One run's moving parts: the draft and what a step calls (DDP-wrapped across ranks), optimizer, schedule, data
+    plan and counters. A drafter kind implements the four methods that raise NotImplementedError."""
 
     def __init__(self, cfg: TrainConfig, env: Dist, device: torch.device, inputs: Inputs, out: Path):
         self.cfg, self.env, self.device, self.inputs, self.out = cfg, env, device, inputs, out
-        self.draft, self.head = build_draft(cfg, inputs, device)
-        self.model = TTTObjective(self.draft)
+        self.draft, self.model = self.build()
         if env.world > 1:
             ids = [device.index] if device.type == "cuda" else None
             self.model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids, broadcast_buffers=False)
@@ -134,6 +91,29 @@ class Trainer:
         self.total, self.step, self.tokens_seen, self.answer_tokens_seen = total, 0, 0, 0
         self.train_time, self.last_val = 0.0, None
         self.best, self.curves = BestDraft(), None
+
+    # ---- what a drafter kind supplies
+
+    def build(self) -> tuple[torch.nn.Module, torch.nn.Module]:
+        """A fresh draft on self.device, and the module a step calls (the draft, or an objective wrapping it): the
+        one DDP wraps. The target's weights the kind needs (embedding, head) it keeps on self."""
+        raise NotImplementedError
+
+    def step_loss(self, rows: list[int]) -> tuple[dict, dict]:
+        """(the loss dict of this rank's batch of `rows`, with "loss" to backpropagate; the batch, with "lengths"
+        and "loss_mask")."""
+        raise NotImplementedError
+
+    def step_metrics(self, out: dict) -> dict:
+        """The metrics row's loss and per-position fields from a step's loss dict (summed over ranks)."""
+        raise NotImplementedError
+
+    def held_out(self) -> dict:
+        """Scores of the draft on the held-out data; "accept_length" (exact, the kind's offline walk) picks the
+        export."""
+        raise NotImplementedError
+
+    # ---- the shared run
 
     def _plan(self) -> list[tuple[int, int, list[int]]]:
         """The whole data order, fixed by (seed, epoch): position in it is the step counter. It holds `epochs` passes,
@@ -228,7 +208,7 @@ class Trainer:
         return epoch_ends or self.step % self.cfg.eval_every == 0
 
     def evaluate_held_out(self, epoch: int) -> None:
-        scores = evaluate(self.draft, self.inputs.val, self.head, self.cfg, self.inputs)
+        scores = self.held_out()
         self.best.offer(self.draft, self.step, epoch, scores["accept_length"])
         self.last_val = {"step": self.step, "epoch": epoch, "split": "val", **scores}
         self.log(self.last_val)
@@ -238,8 +218,7 @@ class Trainer:
         cfg, env = self.cfg, self.env
         epoch, batch_no, rows = self.plan[self.step]
         t0 = clock(self.device)
-        batch = with_features(self.inputs.train.batch(rows), self.inputs, cfg.online)
-        out = self.model(batch, self.head, cfg.ttt_length, cfg.bf16, cfg.acceptance_loss_weight)
+        out, batch = self.step_loss(rows)
         loss = out["loss"]
         if env.sum(torch.isfinite(loss).logical_not().float().reshape(1)).item():
             last = self.out / CHECKPOINT
@@ -264,12 +243,11 @@ class Trainer:
         self.train_time += clock(self.device) - t0
         self.tokens_seen += real_tokens
         self.answer_tokens_seen += answer_tokens
-        stats = env.sum(torch.stack([out["loss_sum"].float(), out["correct"].float(), out["count"].float()]))
         return {
             "step": self.step,
             "epoch": epoch,
             "split": "train",
-            **summarize(*stats),
+            **self.step_metrics(out),
             "lr": lr,
             "grad_norm": round(float(grad_norm), 5),
             "tokens": self.tokens_seen,
@@ -336,51 +314,3 @@ def run_trainer(cfg: TrainConfig, trainer_class, on_step=None) -> tuple[Trainer,
     trainer.open_curves()
     trainer.run(identity, on_step)
     return trainer, env, out
-
-
-def train_draft(cfg: TrainConfig, on_step=None) -> dict:
-    """Train one draft; returns a result dict (also written to OUTPUT/result.json). `on_step(step, record)` is called
-    after every optimizer step (the notebook's live plot; tests use it to simulate a kill)."""
-    trainer, env, out = run_trainer(cfg, Trainer, on_step)
-    return _finish(cfg, env, trainer, out)
-
-
-def _finish(cfg: TrainConfig, env: Dist, trainer: Trainer, out: Path) -> dict:
-    """Check the ranks agree (on the last weights), export the draft (SGLang format: the best held-out one where
-    there was held-out data, else the last), the vocab and result.json."""
-    checksums = env.gather(param_checksum(trainer.draft))
-    inputs = trainer.inputs
-    result = {
-        "output": str(out),
-        "draft": str(out / "draft"),
-        "steps": trainer.step,
-        "epochs": cfg.epochs,
-        "world_size": env.world,
-        "ranks_agree": len(set(checksums)) == 1,
-        "param_checksums": checksums,
-        "tokens_seen": trainer.tokens_seen,
-        "answer_tokens_seen": trainer.answer_tokens_seen,
-        "train_seconds": round(trainer.train_time, 2),
-        "tokens_per_s": round(trainer.tokens_seen / max(trainer.train_time, 1e-9), 1),
-        "data": inputs.data_stats,
-        "val_data": inputs.val_stats,
-        "vocab": inputs.vocab_report,
-        "features_cache": inputs.cache_stats,
-        "final_val": trainer.last_val,
-        "best": trainer.best.meta,
-        "budget_steps": trainer.total,
-        "plateaued": trainer.plateaued(),  # stopped by the patience rule before the budget
-        "config": asdict(cfg),
-    }
-    if env.main:
-        if trainer.best.weights is not None:
-            load_draft_weights(trainer.draft, trainer.best.weights)
-        # In the dtype its matmuls trained in, as SpecForge's exports and the committed GPU drafts are (half the bytes
-        # of float32); each engine casts it to the dtype it serves in.
-        save_draft(trainer.draft, out / "draft", dtype=torch.bfloat16 if cfg.bf16 else None)
-        write_json(out / "vocab.json", {**inputs.vocab_report, "ids": inputs.vocab.ids.tolist()})
-        write_json(out / "result.json", result)
-    if not result["ranks_agree"]:
-        raise TrainingError(f"ranks hold different weights after training: {checksums}")
-    env.barrier()
-    return result

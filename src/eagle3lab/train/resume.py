@@ -11,18 +11,24 @@ import torch
 
 from eagle3lab.io import InputError
 from eagle3lab.models.checkpoint import load_state
-from eagle3lab.models.draft import EMBEDDING
 
 CHECKPOINT = "checkpoint.pt"
 
 
+def frozen(draft) -> dict:
+    """The parameters training leaves as they are (an EAGLE-3 draft's copy of the target embedding): the target
+    restores them, so checkpoints and the held-out pick leave them out."""
+    return {name: p.data for name, p in draft.named_parameters() if not p.requires_grad}
+
+
 def draft_weights(draft) -> dict:
-    """The draft's weights on the CPU, less the frozen target embedding (the target restores it)."""
-    return {k: v.detach().to("cpu", copy=True) for k, v in draft.state_dict().items() if k != EMBEDDING}
+    """The draft's weights on the CPU, less its frozen ones."""
+    skip = frozen(draft)
+    return {k: v.detach().to("cpu", copy=True) for k, v in draft.state_dict().items() if k not in skip}
 
 
 def load_draft_weights(draft, weights: dict) -> None:
-    draft.load_state_dict({**weights, EMBEDDING: draft.embed_tokens.weight.data})
+    draft.load_state_dict({**weights, **frozen(draft)})
 
 
 def param_checksum(model) -> str:

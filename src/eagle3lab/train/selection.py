@@ -18,8 +18,8 @@ class BestDraft:
         self.stale = 0  # evaluations since the best (the patience rule's count)
 
     def offer(self, draft, step: int, epoch: int, length: float) -> None:
-        """Keep `draft` if its held-out accept length (exact: train.loop.evaluate) beats the best so far (ties keep
-        the earlier)."""
+        """Keep `draft` if its held-out accept length (exact: the kind's walk, train.loop.Trainer.held_out) beats the
+        best so far (ties keep the earlier)."""
         if self.meta is None or length > self.meta["accept_length"]:
             self.meta = {"step": step, "epoch": epoch, "accept_length": length}
             self.weights = draft_weights(draft)

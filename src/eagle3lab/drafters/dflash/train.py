@@ -15,17 +15,16 @@ import torch
 import torch.nn.functional as F
 
 from eagle3lab.decoding.offline import last_answer, walk
-from eagle3lab.devices import autocast, clock
+from eagle3lab.devices import autocast
 from eagle3lab.drafters.dflash.config import DFlashConfig
 from eagle3lab.drafters.dflash.model import DFlashDraft, draft_blocks, save_dflash
 from eagle3lab.drafters.dflash.offline import block_hits
-from eagle3lab.io import InputError, read_jsonl, write_json, write_jsonl
+from eagle3lab.io import InputError, write_json
 from eagle3lab.options import option
 from eagle3lab.train.batches import make_batches
 from eagle3lab.train.config import TrainConfig
-from eagle3lab.train.loop import Trainer, TrainingError, lr_factor, run_trainer
-from eagle3lab.train.resume import param_checksum, set_rng_state
-from eagle3lab.train.selection import BestDraft
+from eagle3lab.train.loop import Trainer, run_trainer
+from eagle3lab.train.resume import param_checksum
 
 
 @dataclass
@@ -95,10 +94,10 @@ def block_loss(draft, embed, head, batch: dict, cfg: DFlashTrainConfig, generato
 class DFlashTrainer(Trainer):
     """train.loop.Trainer with the block drafter: its model, loss and held-out walk."""
 
-    def __init__(self, cfg: DFlashTrainConfig, env, device, inputs, out):  # long: the base's state, set up again
+    def build(self) -> tuple[DFlashDraft, DFlashDraft]:
+        cfg, env, inputs = self.cfg, self.env, self.inputs
         if env.world > 1:
             raise InputError("DFlash training runs on one process (no torchrun)")
-        self.cfg, self.env, self.device, self.inputs, self.out = cfg, env, device, inputs, out
         target = inputs.target
         self.embed = target.model.get_input_embeddings().weight.detach()
         self.head = target.model.get_output_embeddings().weight.detach()
@@ -112,69 +111,23 @@ class DFlashTrainer(Trainer):
             num_hidden_layers=cfg.num_draft_layers,
             target_layer_ids=[i - 1 for i in inputs.indices],  # the cache's layers, in DFlash ids
         )
-        self.draft = self.model = DFlashDraft(config).to(device)
-        self.params = list(self.draft.parameters())
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-        self.plan = self._plan()
-        total = min(len(self.plan), cfg.max_steps) if cfg.max_steps else len(self.plan)
-        warmup = max(1, int(cfg.warmup_ratio * total))
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_factor(s, total, warmup, cfg.min_lr_ratio)
-        )
-        self.total, self.step, self.tokens_seen, self.answer_tokens_seen = total, 0, 0, 0
-        self.train_time, self.last_val = 0.0, None
-        self.best, self.curves = BestDraft(), None
+        draft = DFlashDraft(config).to(self.device)
+        return draft, draft
 
-    def restore(self, state: dict) -> None:
-        self.draft.load_state_dict(state["draft"])  # all of it: a DFlash draft holds no target weights
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"], self.device)
-        self.best.restore(state["best"])
-        self.step, self.tokens_seen, self.train_time = state["step"], state["tokens_seen"], state["train_time"]
-        self.answer_tokens_seen = state["answer_tokens_seen"]
-        if self.metrics_path.exists():  # rows logged after the checkpoint are redone
-            kept = [r for r in read_jsonl(self.metrics_path, tolerate_torn_tail=True) if r["step"] <= self.step]
-            write_jsonl(self.metrics_path, kept)
-
-    def train_step(self) -> dict:
-        cfg = self.cfg
-        epoch, batch_no, rows = self.plan[self.step]
-        t0 = clock(self.device)
+    def step_loss(self, rows: list[int]) -> tuple[dict, dict]:
         batch = self.inputs.train.batch(rows)
         # the anchors of step s are drawn from (seed, s): a resumed run trains on the blocks an uninterrupted one does
-        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.step)
-        out = block_loss(self.draft, self.embed, self.head, batch, cfg, generator)
-        if not torch.isfinite(out["loss"]):
-            raise TrainingError(f"non-finite loss ({out['loss'].item()}) at step {self.step + 1}, epoch {epoch}")
-        self.optimizer.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
-        lr = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
-        self.scheduler.step()
-        self.step += 1
-        self.train_time += clock(self.device) - t0
-        self.tokens_seen += int(batch["lengths"].sum())
-        self.answer_tokens_seen += int(batch["loss_mask"].sum())
+        generator = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.step)
+        return block_loss(self.draft, self.embed, self.head, batch, self.cfg, generator), batch
+
+    def step_metrics(self, out: dict) -> dict:
         return {
-            "step": self.step,
-            "epoch": epoch,
-            "split": "train",
             "loss": round(float(out["loss"].detach()), 5),
             **slot_summary(out["loss_sum"], out["correct"], out["count"]),
-            "lr": lr,
-            "grad_norm": round(float(grad_norm), 5),
-            "tokens": self.tokens_seen,
-            "answer_tokens": self.answer_tokens_seen,
-            "tokens_per_s": round(self.tokens_seen / max(self.train_time, 1e-9), 1),
         }
 
-    def evaluate_held_out(self, epoch: int) -> None:
-        scores = held_out_accept_length(self.draft, self.embed, self.head, self.inputs.val)
-        self.best.offer(self.draft, self.step, epoch, scores["accept_length"])
-        self.last_val = {"step": self.step, "epoch": epoch, "split": "val", **scores}
-        self.log(self.last_val)
+    def held_out(self) -> dict:
+        return held_out_accept_length(self.draft, self.embed, self.head, self.inputs.val)
 
 
 def answer_counts(examples, vocab_size: int) -> torch.Tensor:

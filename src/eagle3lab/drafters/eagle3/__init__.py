@@ -20,7 +20,7 @@ class Eagle3(Drafter):
         return TrainConfig
 
     def train(self, config) -> dict:
-        from eagle3lab.train.loop import train_draft
+        from eagle3lab.drafters.eagle3.train import train_draft
 
         return train_draft(config)
 

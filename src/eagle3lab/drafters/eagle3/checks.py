@@ -20,10 +20,10 @@ class Eagle3Checks(DrafterChecks):
     name = "eagle3"
 
     def doctor_checks(self, launch, draft, target) -> list:
-        from eagle3lab.doctor.algorithm import check_algorithm, check_aux_layers
-        from eagle3lab.doctor.fields import check_draft_fields
         from eagle3lab.doctor.settings import check_context_length, check_spec_params
-        from eagle3lab.doctor.vocab import check_draft_vocab
+        from eagle3lab.drafters.eagle3.algorithm import check_algorithm, check_aux_layers
+        from eagle3lab.drafters.eagle3.fields import check_draft_fields
+        from eagle3lab.drafters.eagle3.vocab import check_draft_vocab
 
         findings = []
         if launch is not None and (launch.speculative or draft is not None):
@@ -41,7 +41,7 @@ class Eagle3Checks(DrafterChecks):
         return eagle3_gguf_checks(launch, folder, pair, draft_gguf, target_gguf)
 
     def served_field_checks(self, launch, draft, target) -> list:
-        from eagle3lab.doctor.fields import check_draft_fields
+        from eagle3lab.drafters.eagle3.fields import check_draft_fields
 
         return check_draft_fields(draft, target, launch)
 

@@ -26,13 +26,14 @@ from eagle3lab.benchmark.table import BENCH_COLUMNS, Column, render_rows
 from eagle3lab.decoding.config import BASELINE
 from eagle3lab.devices import DEVICE_HELP
 from eagle3lab.doctor.diagnosis import diagnose
+from eagle3lab.drafters import drafter
 from eagle3lab.io import InputError, write_json
 from eagle3lab.models.checkpoint import read_json
 from eagle3lab.models.target import DEFAULT_TARGET
 from eagle3lab.options import add_options, from_options, option
 from eagle3lab.serving.client import ServerError
 from eagle3lab.train.config import TrainConfig
-from eagle3lab.train.loop import RESUMABLE, TrainingError, train_draft
+from eagle3lab.train.loop import RESUMABLE, TrainingError
 from eagle3lab.train.specforge.inputs import prepare_inputs
 from eagle3lab.train.specforge.training import train_specforge
 
@@ -100,7 +101,8 @@ def _train_ours(cfg: TrainConfig) -> dict:
         if all(result["config"].get(k) == v for k, v in _plain(asdict(cfg)).items() if k not in RESUMABLE):
             return result
         raise InputError(f"{path}: a run with other settings; choose another --output")
-    return train_draft(replace(cfg, resume=(Path(cfg.output) / "checkpoint.pt").exists()))
+    # the project's own EAGLE-3 trainer, through the drafter registry (its SpecForge twin is this module's other side)
+    return drafter("eagle3").train(replace(cfg, resume=(Path(cfg.output) / "checkpoint.pt").exists()))
 
 
 def _trainer_lr(result: dict) -> tuple[str, float]:
