@@ -441,8 +441,8 @@ def test_one_train_command_for_every_drafter_kind():
     from eagle3lab.drafters.dflash.train import DFlashTrainConfig
     from eagle3lab.train.cli import build_parser, parse_args
 
-    parsed = parse_args(["--drafter", "dflash", "--data", "d.jsonl", "--output", "out", "--block-size", "6"])
-    assert parsed == DFlashTrainConfig(data="d.jsonl", output="out", block_size=6)
+    kind, parsed = parse_args(["--drafter", "dflash", "--data", "d.jsonl", "--output", "out", "--block-size", "6"])
+    assert kind.name == "dflash" and parsed == DFlashTrainConfig(data="d.jsonl", output="out", block_size=6)
     assert {a.dest for a in build_parser("dflash")._actions} - {"help", "drafter"} == {
         f.name for f in fields(DFlashTrainConfig)
     }
@@ -455,11 +455,12 @@ def test_cli_is_generated_from_the_config_and_agrees_with_it():
 
     from eagle3lab.train.cli import build_parser, parse_args
 
-    parsed = parse_args(["--data", "d.jsonl", "--output", "out"])
+    kind, parsed = parse_args(["--data", "d.jsonl", "--output", "out"])
+    assert kind.name == "eagle3"
     assert parsed == TrainConfig(data="d.jsonl", output="out")  # every default comes from the dataclass
     options = {a.dest for a in build_parser()._actions} - {"help", "drafter"}
     assert options == {f.name for f in fields(TrainConfig)}
-    flipped = parse_args(
+    _, flipped = parse_args(
         ["--data", "d", "--output", "o", "--online", "--no-progress", "--aux-layer-ids", "1,14,26", "--max-steps", "7"]
     )
     assert (flipped.online, flipped.progress, flipped.aux_layer_ids, flipped.max_steps) == (True, False, [1, 14, 26], 7)

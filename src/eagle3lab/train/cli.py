@@ -11,6 +11,7 @@ import os
 import sys
 
 from eagle3lab.drafters import DEFAULT, KINDS, drafter
+from eagle3lab.drafters.base import Drafter
 from eagle3lab.io import command
 from eagle3lab.options import add_options, from_options
 
@@ -27,24 +28,20 @@ def build_parser(kind: str = DEFAULT) -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: list[str]):
-    """The config of the kind --drafter names (read first: the kind decides the other options)."""
-    kind = _drafter_named(argv)
-    return from_options(build_parser(kind).parse_args(argv), drafter(kind).train_config())
-
-
-def _drafter_named(argv: list[str]) -> str:
+def parse_args(argv: list[str]) -> tuple[Drafter, object]:
+    """The kind --drafter names (read first: the kind decides the other options) and its trainer's config."""
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--drafter", choices=list(KINDS), default=DEFAULT)
-    return pre.parse_known_args(argv)[0].drafter
+    kind = drafter(pre.parse_known_args(argv)[0].drafter)
+    return kind, from_options(build_parser(kind.name).parse_args(argv), kind.train_config())
 
 
 @command("eagle3lab train")
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
-    kind = drafter(_drafter_named(argv))
-    result = kind.train(parse_args(argv))
+    kind, config = parse_args(argv)
+    result = kind.train(config)
     if result.get("world_size", 1) == 1 or int(os.environ.get("RANK", "0")) == 0:  # one rank speaks
         print(kind.train_summary(result))
     return 0
