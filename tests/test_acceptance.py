@@ -140,3 +140,43 @@ def test_the_acceptance_commands_read_sets_and_named_drafts_one_way():
         "draft",
         "runs/d/draft/",
     )
+
+
+def test_the_acceptance_subset_keeps_the_first_records_of_the_named_sets():
+    from types import SimpleNamespace
+
+    from eagle3lab.benchmark.acceptance import subset
+
+    records = [SimpleNamespace(set=s, id=f"{s}{i}") for i in range(3) for s in ("mtbench", "gsm8k")]
+    assert [r.id for r in subset(records, {"mtbench": 2})] == ["mtbench0", "mtbench1"]
+    assert [r.id for r in subset(records, {"gsm8k": None, "mtbench": 1})] == ["mtbench0", "gsm8k0", "gsm8k1", "gsm8k2"]
+    with pytest.raises(InputError, match="no records of \\['humaneval'\\]"):
+        subset(records, {"humaneval": 1})
+
+
+def test_one_recipes_seeds_are_compared_with_anothers_prompt_by_prompt_at_each_depth():
+    """Rows at two depths: each depth is paired on its own (paired_difference pairs by set and id)."""
+    from eagle3lab.benchmark.acceptance import versus
+
+    rows = [
+        {
+            "system": system,
+            "set": ("mtbench", "gsm8k")[i % 2],
+            "id": str(i),
+            "depth": depth,
+            "accept_length": 1.2 + 0.01 * i + gain + 0.1 * depth,
+        }
+        for depth in (3, 5)
+        for system, gain in (("dflash", 0.0), ("dflash-seed1", 0.02), ("eagle", 0.25), ("eagle-seed1", 0.27))
+        for i in range(30)
+    ]
+    compared = versus(rows, ["dflash", "dflash-seed1"], ["eagle", "eagle-seed1"], [3], boot=200)
+    overall, *per_set = compared
+    assert [r["depth"] for r in compared] == [3, 3, 3]
+    assert overall["set"] == "all sets" and overall["difference"] == pytest.approx(-0.25)
+    assert overall["draft_accept"] == pytest.approx(1.2 + 0.01 * 14.5 + 0.01 + 0.3)  # depth 3's rows alone
+    assert overall["high"] < 0 and overall["verdict"] == "shown" and overall["seeds"] == [2, 2]
+    assert sorted(r["set"] for r in per_set) == ["gsm8k", "mtbench"] and all(r["prompts"] == 15 for r in per_set)
+    both = versus(rows, ["dflash"], ["eagle"], [3, 5], boot=200)
+    assert [(r["depth"], r["set"]) for r in both][::3] == [(3, "all sets"), (5, "all sets")]
+    assert all(r["prompts"] == 30 for r in both[::3])

@@ -212,20 +212,6 @@ def test_a_truncated_block_is_its_own_forward_not_the_whole_blocks_first_slots(t
         DFlashEngine(target.model, draft, drafted=4)
 
 
-def test_dflash_is_compared_with_eagle3_prompt_by_prompt_over_both_recipes_seeds():
-    from eagle3lab.drafters.dflash.__main__ import versus
-
-    rows = [
-        {"system": system, "set": ("mtbench", "gsm8k")[i % 2], "id": str(i), "accept_length": 1.2 + 0.01 * i + gain}
-        for system, gain in (("dflash", 0.0), ("dflash-seed1", 0.02), ("eagle", 0.25), ("eagle-seed1", 0.27))
-        for i in range(30)
-    ]
-    overall, *per_set = versus(rows, ["dflash", "dflash-seed1"], ["eagle", "eagle-seed1"], boot=200)
-    assert overall["set"] == "all sets" and overall["difference"] == pytest.approx(-0.25)
-    assert overall["high"] < 0 and overall["verdict"] == "shown" and overall["seeds"] == [2, 2]
-    assert sorted(r["set"] for r in per_set) == ["gsm8k", "mtbench"] and all(r["prompts"] == 15 for r in per_set)
-
-
 def test_live_curves_take_a_dflash_runs_rows(trained):
     """DFlash's held-out rows carry its exact accept length alone (no loss, no per-position accuracy): the stage's
     dvclive curves log what each row has."""

@@ -9,8 +9,8 @@ import pytest
 from eagle3lab.benchmark.table import DO_NOT_SPECULATE
 from eagle3lab.benchmark.tune import TuneSettings
 from eagle3lab.benchmark.tune_engine import chain, format_engine_result, predict, tune_from_benchmark
-from eagle3lab.drafters.dflash.config import is_dflash
 from eagle3lab.drafters.dflash.tune import shapes
+from eagle3lab.drafters.kinds import DEFAULT, kind_of
 from eagle3lab.io import InputError
 
 STEP_S = 0.020  # the baseline: 50 tokens/s
@@ -90,11 +90,11 @@ def _dflash_folder(tmp_path, block_size: int):
 
 
 def test_a_dflash_folder_is_told_from_an_eagle3_one_and_its_shapes_are_its_block(tmp_path, monkeypatch):
-    from eagle3lab.drafters.dflash import serve
+    from eagle3lab.drafters.dflash import tune
 
     folder = _dflash_folder(tmp_path, 4)
-    assert is_dflash(folder) and not is_dflash(tmp_path / "missing") and not is_dflash(tmp_path / "x.gguf")
-    monkeypatch.setattr(serve, "drafted", lambda draft: 3)  # the config's own reading is tested in test_dflash.py
+    assert kind_of(folder) == "dflash" and kind_of(tmp_path / "missing") == kind_of(tmp_path / "x.gguf") == DEFAULT
+    monkeypatch.setattr(tune, "drafted_by", lambda draft: 3)  # the config's own reading is tested in test_dflash.py
     assert shapes(TuneSettings(draft=str(folder), max_steps=6)) == [1, 2, 3]
     assert shapes(TuneSettings(draft=str(folder), max_steps=2)) == [1, 2]
     with pytest.raises(InputError, match="at least 1"):
@@ -108,15 +108,16 @@ def test_eagle3lab_tune_runs_the_dflash_tune_for_a_dflash_folder(tmp_path, monke
     seen = {}
 
     def fake(settings):
-        seen["draft"] = settings.draft
+        seen["draft"], seen["offline"] = settings.draft, settings.offline
         return tune_from_benchmark(_bench({1: 1.05, 2: 1.2, 3: 1.1}), settings, "block", offline={1: 1.3, 2: 1.9, 3: 2})
 
     monkeypatch.setattr(dflash_tune, "tune_dflash", fake)
     (tmp_path / "draft").mkdir()
     folder = _dflash_folder(tmp_path / "draft", 4)
     out = tmp_path / "tune.json"
-    assert commands.tune(["--draft", str(folder), "--output", str(out)]) == 0
-    assert seen["draft"] == str(folder) and json.loads(out.read_text())["decision"] == "1,2,1,3"
+    offline = str(tmp_path / "offline.json")  # the DFlash tune's own option, read by tune_dflash (tested below)
+    assert commands.tune(["--draft", str(folder), "--offline", offline, "--output", str(out)]) == 0
+    assert seen == {"draft": str(folder), "offline": offline} and json.loads(out.read_text())["decision"] == "1,2,1,3"
 
 
 def test_the_offline_part_is_read_from_an_acceptance_result_and_bad_ones_are_named(tmp_path):
@@ -141,13 +142,19 @@ def test_the_offline_part_is_read_from_an_acceptance_result_and_bad_ones_are_nam
         read_offline(path, [1])
 
 
-def test_the_acceptance_subset_keeps_the_first_records_of_the_named_sets():
-    from types import SimpleNamespace
+def test_the_offline_options_are_the_dflash_kind_s_own(tmp_path):
+    """`tune` parses the options of the draft's kind: an EAGLE-3 folder's tune has no --offline (its settings, and
+    so metrics/tune.json, stay EAGLE-3's own), a DFlash folder's has."""
+    from dataclasses import fields
 
-    from eagle3lab.drafters.dflash.__main__ import subset
+    from eagle3lab.benchmark import commands
 
-    records = [SimpleNamespace(set=s, id=f"{s}{i}") for i in range(3) for s in ("mtbench", "gsm8k")]
-    assert [r.id for r in subset(records, {"mtbench": 2})] == ["mtbench0", "mtbench1"]
-    assert [r.id for r in subset(records, {"gsm8k": None, "mtbench": 1})] == ["mtbench0", "gsm8k0", "gsm8k1", "gsm8k2"]
-    with pytest.raises(InputError, match="no records of \\['humaneval'\\]"):
-        subset(records, {"humaneval": 1})
+    eagle3 = tmp_path / "eagle3"
+    eagle3.mkdir()
+    (eagle3 / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"]}))
+    with pytest.raises(SystemExit) as refused:
+        commands.tune(["--draft", str(eagle3), "--offline", "o.json"])
+    assert refused.value.code == 2
+    dflash = commands.tune_kind(["--draft", str(_dflash_folder(tmp_path, 4))]).tune_settings()
+    added = {f.name for f in fields(dflash)} - {f.name for f in fields(TuneSettings)}
+    assert added == {"offline", "eval_cache"}

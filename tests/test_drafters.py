@@ -2,6 +2,7 @@
 no shared layer imports a kind's folder or branches on a kind's name."""
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -69,8 +70,12 @@ def test_a_launch_line_names_its_kind_through_each_engine_s_name_for_it():
 
 
 def _imports(path: Path) -> set[str]:
+    return _imported_by(path.read_text())
+
+
+def _imported_by(code: str) -> set[str]:
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
             names.update(f"{node.module}.{a.name}" for a in node.names)
@@ -89,6 +94,23 @@ def test_only_the_registries_import_a_kind_s_folder():
             and any(name.startswith(f"eagle3lab.drafters.{kind}") for name in _imports(path))
         }
         assert importers <= REGISTRIES, f"{kind}: {sorted(str(p.relative_to(PACKAGE)) for p in importers)}"
+
+
+def test_no_notebook_imports_a_kind_s_folder():
+    """The pipeline's notebooks reach a kind through the registries (drafters.trained.tools_of, or the benchmark
+    functions that ask it), as the shared layers do."""
+    importers = []
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            lines = "".join(cell["source"]).splitlines()
+            code = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))  # IPython magics
+            names = _imported_by(code) if cell["cell_type"] == "code" else set()
+            importers += [
+                f"{notebook.name}: {name}"
+                for name in names
+                if any(name.startswith(f"eagle3lab.drafters.{kind}") for kind in drafters.KINDS)
+            ]
+    assert not importers, importers
 
 
 def test_no_shared_layer_branches_on_a_kind_s_name():

@@ -30,6 +30,11 @@ COMMANDS = {
         "main",
         "Measure drafts' exact accept length offline on the target's own answers to hundreds of prompts.",
     ),
+    "generate": (
+        "eagle3lab.benchmark.generate",
+        "main",
+        "Decode one prompt with a draft in the local engine, checked against plain greedy decoding.",
+    ),
     "tune": (
         "eagle3lab.benchmark.commands",
         "tune",

@@ -2,7 +2,7 @@
 import, pipeline.stages.code_deps, and a door must not import the layer that calls it): `Drafter`, what training
 asks of a kind; `DrafterChecks`, what the doctor asks (the facts its artifact must hold, the flags that serve it);
 `DrafterTools`, what the benchmark layer and the export ask. A kind implements all three in its own folder
-(drafters/<kind>/); the registries (drafters/__init__.py, drafters/tools.py) name it; the shared machinery never
+(drafters/<kind>/); the registries (drafters/__init__.py, drafters/trained.py) name it; the shared machinery never
 does."""
 
 from __future__ import annotations
@@ -63,12 +63,45 @@ class DrafterChecks:
 
 
 class DrafterTools:
-    """One drafter kind's tools: export, tune, and the llama.cpp engine that serves it."""
+    """One drafter kind's tools: its exact offline acceptance, bench, local decoding, export, tune, and the llama.cpp
+    engine that serves it. "Depth" is a kind's tokens drafted a round: a chain's steps, a block's masks."""
 
     name: str
 
+    def load_for_acceptance(self, folder, target, dtype):
+        """A draft folder of this kind loaded for `offline_acceptance` beside the target (models.target.Target), or
+        an InputError naming the folder."""
+        raise NotImplementedError
+
+    def acceptance_depths(self, draft) -> list[int]:
+        """The depths `offline_acceptance` scores a loaded draft at when it is given none."""
+        raise NotImplementedError
+
+    def offline_acceptance(
+        self, drafts: dict, target, records, depths: list[int] | None, progress: bool = True
+    ) -> list:
+        """The exact offline acceptance (benchmark.acceptance.PromptAcceptance rows) of loaded drafts of this kind
+        (name -> draft) on the evaluation set's `records`, at each of `depths`, or each draft's `acceptance_depths`
+        where None; an InputError where a draft cannot draft a depth."""
+        raise NotImplementedError
+
+    def bench(self, settings, progress: bool = True) -> tuple[dict, str]:
+        """`eagle3lab bench` (benchmark.run.BenchSettings) of drafts of this kind in `settings.engine` against its
+        baseline: (the result, its text)."""
+        raise NotImplementedError
+
+    def local_engine(self, target, folder, eos_token_ids):
+        """A draft folder of this kind in the local engine over the target, greedy: an engine whose
+        `generate(prompt_ids, max_new_tokens)` gives a decoding.generation.Generation."""
+        raise NotImplementedError
+
     def export_gguf(self, draft, target: str, out=None):
         """The draft as the GGUF llama.cpp serves, checked against the target; the file's path."""
+        raise NotImplementedError
+
+    def tune_settings(self) -> type:
+        """The options class `eagle3lab tune` takes for a draft of this kind (benchmark.tune.TuneSettings, or one
+        that extends it with the kind's own)."""
         raise NotImplementedError
 
     def tune(self, settings, progress: bool = True) -> tuple[dict, str]:

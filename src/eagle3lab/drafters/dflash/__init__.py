@@ -1,2 +1,3 @@
 """The DFlash block drafter (docs/dflash.md): its config and checkpoint, model, training, exact offline acceptance,
-local greedy block decoding and GGUF export; `python -m eagle3lab.drafters.dflash` runs them."""
+local greedy block decoding and GGUF export. The one CLI runs them on a DFlash folder as on an EAGLE-3 one:
+`eagle3lab train --drafter dflash`, `eagle3lab acceptance|bench|generate|tune|export`."""

@@ -1,6 +1,7 @@
 """Exact offline acceptance of DFlash drafts on the evaluation set (`benchmark.eval_set`): the rows, pooling and
 tables of `benchmark.acceptance`, with the block's hits in place of the chain's. A block of size B is scored at B - 1
-drafts, or at each k of `ks`: the block truncated to the anchor and k masks, as the engines serve it at k."""
+drafts, or at each k of `ks`: the block truncated to the anchor and k masks, as the engines serve it at k (the depths
+`eagle3lab acceptance --depths` gives a DFlash draft)."""
 
 from __future__ import annotations
 
@@ -12,22 +13,20 @@ from eagle3lab.io import InputError
 
 
 def evaluate(
-    drafts: dict, target, records, progress: bool = True, depth: int | None = None, ks: list[int] | None = None
+    drafts: dict, target, records, progress: bool = True, ks: list[int] | None = None
 ) -> list[PromptAcceptance]:
     """PromptAcceptance of every DFlash draft (name -> DFlashDraft) on every record: one target forward a record
-    for every draft that reads the same target layers. `depth`: the drafted tokens a comparison expects (a block of
-    another size is refused: its accept length is not comparable). `ks`: score each draft at these drafted tokens,
-    each a truncated block (rows at depth k), instead of its whole block."""
+    for every draft that reads the same target layers. `ks`: score each draft at these drafted tokens, each a truncated
+    block (rows at depth k), instead of its whole block; a draft whose block drafts fewer is refused."""
     from tqdm import tqdm
 
     for name, draft in drafts.items():
-        if ks and not 1 <= min(ks) <= max(ks) <= draft.config.drafted:
+        beyond = [k for k in ks or [] if not 1 <= k <= draft.config.drafted]
+        if beyond:
             size = draft.config.block_size
-            raise InputError(f"DFlash draft {name}: block_size {size} drafts 1 to {size - 1} tokens, not k = {ks}")
-        if depth is not None and draft.config.drafted != depth:
             raise InputError(
-                f"DFlash draft {name}: block_size {draft.config.block_size} drafts {draft.config.drafted} tokens, "
-                f"the comparison {depth} (train_draft.dflash_block_size must be the sweep's depth + 1)"
+                f"DFlash draft {name}: a block of {size} drafts 1 to {size - 1} tokens a round, not "
+                f"{','.join(map(str, beyond))}"
             )
 
     embed = target.model.get_input_embeddings().weight

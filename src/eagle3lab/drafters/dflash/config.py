@@ -18,13 +18,12 @@ from eagle3lab.models.draft_config import _rope_from_hf, target_shape
 ARCHITECTURE = "DFlashDraftModel"
 
 
-def is_dflash(draft) -> bool:
-    """Whether a draft folder holds a DFlash draft (its config.json names DFlashDraftModel); a GGUF or an EAGLE-3
-    folder does not."""
+def drafted_by(draft) -> int:
+    """The tokens a whole block of a draft folder drafts (its config.json's block_size - 1): the most a round of it
+    can draft, and the k it is served at unless `tune` chose fewer."""
     from eagle3lab.models.checkpoint import read_json
 
-    config = Path(draft) / "config.json"
-    return config.is_file() and ARCHITECTURE in (read_json(config).get("architectures") or [])
+    return DFlashConfig.from_hf(read_json(Path(draft) / "config.json"), f"{draft}/config.json").drafted
 
 
 def default_target_layers(num_target_layers: int) -> list[int]:

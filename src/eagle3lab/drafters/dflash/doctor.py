@@ -12,9 +12,7 @@ from eagle3lab.doctor.artifacts import DraftInfo, TargetInfo
 from eagle3lab.doctor.findings import ERROR, OK, WARNING, Finding
 from eagle3lab.doctor.launch import Launch, fix_flags
 from eagle3lab.drafters.dflash.config import ARCHITECTURE, DFlashConfig, default_target_layers
-from eagle3lab.drafters.dflash.export import ARCH, GGUF_KEYS, gguf_config, trained_mismatches
-from eagle3lab.engines.llamacpp.gguf_file import read_header
-from eagle3lab.io import InputError
+from eagle3lab.drafters.dflash.export import GGUF_KEYS, gguf_config, trained_mismatches
 from eagle3lab.models.checkpoint import DraftFormatError
 
 # the method that runs a DFlash draft, as each engine's launch reader names it (Launch.algorithm)
@@ -67,16 +65,6 @@ def dflash_method_fix(launch: Launch | None) -> str | None:
     if launch.algorithm is None and launch.engine == "llamacpp":
         return None  # llama.cpp infers draft-dflash from the GGUF
     return fix_flags(launch, algorithm=METHODS[launch.engine])
-
-
-def serves_dflash(launch: Launch | None, draft: DraftInfo | None, gguf: str | None) -> bool:
-    """Whether the inputs name a DFlash draft: its folder, its GGUF, or a launch line with a DFlash method."""
-    if draft is not None and draft.kind == "dflash" or launch is not None and launch.algorithm in METHODS.values():
-        return True
-    try:
-        return bool(gguf) and read_header(Path(gguf)).fields.get("general.architecture") == ARCH
-    except (OSError, ValueError, InputError):
-        return False
 
 
 def _refused(source: Path, error: DraftFormatError, fix: str) -> Finding:
@@ -272,7 +260,7 @@ def _draft_length(launch: Launch, config: DFlashConfig) -> list[Finding]:
     if 1 <= k < want and "default" not in ev[0]:  # written on the line: a shape `tune` may choose, not a default
         why = (
             f"the engine drafts a truncated block, the anchor and {k} masks, not the whole block it was trained on: "
-            f"its acceptance is the truncated block's (`python -m eagle3lab.drafters.dflash acceptance --ks {k}`), "
+            f"its acceptance is the truncated block's (`eagle3lab acceptance DRAFT --depths {k}`), "
             "which `eagle3lab tune --draft DRAFT` measures and may choose"
         )
         return [Finding("spec_params", WARNING, f"draft length {k} < block_size - 1 = {want}", [*ev, why], fix=fix)]

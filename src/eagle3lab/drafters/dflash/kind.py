@@ -4,8 +4,6 @@ modules; these two are their doors for the shared machinery."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from eagle3lab.drafters.base import Drafter
 
 
@@ -31,10 +29,9 @@ class DFlash(Drafter):
 
     def max_drafted(self, draft) -> int | None:
         """A whole block: block_size - 1 masks after the anchor."""
-        from eagle3lab.drafters.dflash.config import DFlashConfig
-        from eagle3lab.models.checkpoint import read_json
+        from eagle3lab.drafters.dflash.config import drafted_by
 
-        return DFlashConfig.from_hf(read_json(Path(draft) / "config.json"), f"{draft}/config.json").drafted
+        return drafted_by(draft)
 
 
 DRAFTER = DFlash()

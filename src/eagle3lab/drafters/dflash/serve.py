@@ -4,7 +4,7 @@
 (`dflash.engine` against plain greedy decoding, same prompts, same process); at k = block_size - 1 unless `ks` says.
 Both give `bench --engine`'s {"meta", "rows", "per_prompt"}, which `tune` calibrates from (`dflash.tune`).
 
-    python -m eagle3lab.drafters.dflash bench DRAFT --engine local|vllm|llamacpp [--sets mtbench --limit 4 ...]"""
+    eagle3lab bench --draft DFLASH_DRAFT --engine local|vllm|llamacpp [--sets mtbench --limit 4 ...]"""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ import torch
 
 from eagle3lab.benchmark.run import BenchSettings, median_run
 from eagle3lab.benchmark.served import run_served_benchmark
-from eagle3lab.drafters.dflash.config import DFlashConfig
+from eagle3lab.drafters.dflash.config import drafted_by
 from eagle3lab.engines.llamacpp.server import LlamaCpp
-from eagle3lab.models.checkpoint import read_json
 from eagle3lab.paths import cache_dir
 
 SPEC_TYPE = "draft-dflash"  # llama.cpp's name for it; draft-eagle3 would load the file and draft nothing
@@ -45,11 +44,6 @@ class DFlashLlamaCpp(LlamaCpp):
         return cmd + ["-md", str(gguf), "--spec-type", self.spec_type, "--spec-draft-n-max", str(k)]
 
 
-def drafted(draft) -> int:
-    """The tokens a whole block of this draft drafts: block_size - 1."""
-    return DFlashConfig.from_hf(read_json(Path(draft) / "config.json"), f"{draft}/config.json").drafted
-
-
 def dflash_engine(settings: BenchSettings):
     """The served engine that runs a DFlash draft: vLLM with method dflash, or llama-server with draft-dflash."""
     from eagle3lab.engines.registry import served_engine
@@ -65,7 +59,7 @@ def served(settings: BenchSettings, draft, ks=None) -> dict:
     ({"meta", "rows", "per_prompt"})."""
     from eagle3lab.benchmark.tune_engine import chain
 
-    configs = ["1,0,0,0"] + [chain(k) for k in ks or [drafted(draft)]]
+    configs = ["1,0,0,0"] + [chain(k) for k in ks or [drafted_by(draft)]]
     run = replace(settings, drafts=[str(draft)], configs=configs, peers=[])
     return run_served_benchmark(run, engine=dflash_engine(settings))
 

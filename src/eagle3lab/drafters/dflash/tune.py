@@ -6,21 +6,20 @@ Its slots see each other, so the block at k is not the whole block's first k slo
 block_size - 1) are the shapes:
 
 1. **acceptance**: the truncated block's exact offline accept length at every k (`dflash.acceptance`), on the
-   evaluation set's records of the tune's sets (the target's own cached answers; `benchmark.eval_set`), or read
-   from `python -m eagle3lab.drafters.dflash acceptance DRAFT --ks 1,2,3 --output FILE` (`--offline FILE`);
+   evaluation set's records of the tune's sets (the target's own cached answers in `--eval-cache`;
+   `benchmark.eval_set`), or read from `eagle3lab acceptance DRAFT --depths 1,2,3 --output FILE` (`--offline FILE`);
 2. **costs**: the engine's baseline and the draft at every k on the tune prompts (`serve.served`, `serve.local`); the
    calibration half gives the plain step t_step and the round t_round(k) (`benchmark.tune_engine`);
 3. **prediction** tau_offline(k) * t_step / t_round(k); the held-out half times every k against the engine's own
    baseline, which confirms it or not. The decision is the measured best when it beats the baseline.
 
-    python -m eagle3lab.drafters.dflash tune --draft DRAFT --engine local|vllm|llamacpp [--sets mtbench --limit 8 ...]
-    eagle3lab tune --draft DRAFT ...   # the same, for a DFlash draft folder
+    eagle3lab tune --draft DFLASH_DRAFT --engine local|vllm|llamacpp [--sets mtbench --limit 8 ...] [--offline FILE]
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -28,10 +27,22 @@ import torch
 from eagle3lab.benchmark.tune import TuneSettings
 from eagle3lab.benchmark.tune_engine import bench_settings, tune_from_benchmark
 from eagle3lab.drafters.dflash import serve
+from eagle3lab.drafters.dflash.config import drafted_by
 from eagle3lab.io import InputError, require
+from eagle3lab.options import option
 from eagle3lab.paths import ARTIFACTS
 
-EVAL_CACHE = str(ARTIFACTS / "eval")
+
+@dataclass
+class DFlashTuneSettings(TuneSettings):
+    """`eagle3lab tune`'s options for a DFlash draft: TuneSettings and where its offline part comes from."""
+
+    offline: str | None = option(
+        None,
+        "the accept length at each k read from `eagle3lab acceptance DRAFT --depths 1,...,k --output FILE` "
+        "instead of scored here",
+    )
+    eval_cache: str = option(str(ARTIFACTS / "eval"), "folder of cached evaluation sets the offline part is scored on")
 
 
 def offline_acceptance(draft, target_spec: str, ks: list[int], sets: list[str] | None, cache: str) -> dict:
@@ -52,16 +63,14 @@ def offline_acceptance(draft, target_spec: str, ks: list[int], sets: list[str] |
 
 
 def read_offline(path, ks: list[int], set_name: str = "all") -> dict:
-    """{k: pooled row} for `ks` from `python -m eagle3lab.drafters.dflash acceptance DRAFT --ks ... --output PATH` (its
-    table's rows of `set_name`, one draft), so the offline part can run apart from the timed one."""
+    """{k: pooled row} for `ks` from `eagle3lab acceptance DRAFT --depths ... --output PATH` (its table's rows of
+    `set_name`, one draft), so the offline part can run apart from the timed one."""
     try:
         table = json.loads(Path(path).read_text()).get("table")
     except (OSError, ValueError, AttributeError) as e:
         raise InputError(f"{path}: not an acceptance result ({e})") from None
     if not isinstance(table, list):
-        raise InputError(
-            f"{path}: no `table` list: write it with python -m eagle3lab.drafters.dflash acceptance --ks --output"
-        )
+        raise InputError(f"{path}: no `table` list: write it with eagle3lab acceptance DRAFT --depths ... --output")
     found, systems = {}, set()
     for i, row in enumerate(table):
         where = f"{path}: table record {i + 1}"
@@ -75,7 +84,7 @@ def read_offline(path, ks: list[int], set_name: str = "all") -> dict:
     missing = [k for k in ks if k not in found]
     if missing:
         raise InputError(
-            f"{path}: no {set_name!r} accept length at k = {missing} (acceptance --ks {','.join(map(str, ks))})"
+            f"{path}: no {set_name!r} accept length at k = {missing} (acceptance --depths {','.join(map(str, ks))})"
         )
     return {k: found[k] for k in ks}
 
@@ -84,21 +93,21 @@ def shapes(settings: TuneSettings) -> list[int]:
     """The k to try: 1 up to the whole block, or --max-steps if fewer."""
     if settings.max_steps < 1:
         raise InputError(f"--max-steps {settings.max_steps}: the engine needs a draft length of at least 1")
-    return list(range(1, min(settings.max_steps, serve.drafted(settings.draft)) + 1))
+    return list(range(1, min(settings.max_steps, drafted_by(settings.draft)) + 1))
 
 
-def tune_dflash(settings: TuneSettings, cache: str = EVAL_CACHE, offline_file: str | None = None) -> dict:
-    """The whole run in `settings.engine`: offline acceptance at every k (or read from `offline_file`, scored on the
-    tune's one set), the engine's baseline and every k timed, then `benchmark.tune_engine`'s decision with the
+def tune_dflash(settings: DFlashTuneSettings) -> dict:
+    """The whole run in `settings.engine`: offline acceptance at every k (or read from `settings.offline`, scored on
+    the tune's one set), the engine's baseline and every k timed, then `benchmark.tune_engine`'s decision with the
     offline acceptance in its predictions."""
     from eagle3lab.benchmark.run import split_list
 
     ks = shapes(settings)
     sets = None if settings.prompts else split_list(settings.sets)
-    if offline_file:
-        offline = read_offline(offline_file, ks, sets[0] if sets and len(sets) == 1 else "all")
+    if settings.offline:
+        offline = read_offline(settings.offline, ks, sets[0] if sets and len(sets) == 1 else "all")
     else:
-        offline = offline_acceptance(settings.draft, settings.target, ks, sets, cache)
+        offline = offline_acceptance(settings.draft, settings.target, ks, sets, settings.eval_cache)
     run = bench_settings(settings, [])
     bench = (serve.local if settings.engine == "local" else serve.served)(run, settings.draft, ks)
     engine = None if settings.engine == "local" else serve.dflash_engine(run)
