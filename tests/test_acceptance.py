@@ -156,7 +156,7 @@ def test_the_acceptance_subset_keeps_the_first_records_of_the_named_sets():
 
 def test_one_recipes_seeds_are_compared_with_anothers_prompt_by_prompt_at_each_depth():
     """Rows at two depths: each depth is paired on its own (paired_difference pairs by set and id)."""
-    from eagle3lab.benchmark.acceptance import versus
+    from eagle3lab.benchmark.scoring import versus
 
     rows = [
         {

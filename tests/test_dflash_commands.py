@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from eagle3lab.benchmark import acceptance, eval_set, generate
+from eagle3lab.benchmark import acceptance, eval_set, generate, scoring
 from eagle3lab.benchmark.commands import bench
 from eagle3lab.benchmark.eval_set import EvalRecord
 from eagle3lab.benchmark.prompts import encode_chat
@@ -61,7 +61,7 @@ def _no_model(*args, **kwargs):
 def _acceptance(tiny, tmp_path, *argv) -> tuple[int, dict]:
     out = tmp_path / "acceptance.json"
     drafts = [f"{name}={tiny['root'] / name}" for name in ("eagle", "block")]
-    code = acceptance.main([*drafts, "--target", tiny["target"], "--output", str(out), *argv])
+    code = scoring.main([*drafts, "--target", tiny["target"], "--output", str(out), *argv])
     return code, json.loads(out.read_text()) if out.exists() else {}
 
 
@@ -75,8 +75,8 @@ def test_acceptance_scores_both_kinds_at_their_own_depths_and_compares_them_wher
     assert len(result["per_prompt"]) == 3 * len(tiny["records"])
     # the EAGLE-3 draft's rows are the chain scorer's own, as before the kinds shared the command
     target = load_target(tiny["target"])
-    chain = acceptance.load_drafts({"eagle": tiny["root"] / "eagle"}, target, torch.float32)
-    alone = acceptance.per_prompt(acceptance.score(chain, target, tiny["records"], None, progress=False))
+    chain = scoring.load_drafts({"eagle": tiny["root"] / "eagle"}, target, torch.float32)
+    alone = acceptance.per_prompt(scoring.score(chain, target, tiny["records"], None, progress=False))
     assert [r for r in result["per_prompt"] if r["system"] == "eagle"] == alone
     comparison = result["comparison"]
     assert comparison["drafts"] == ["block"] and comparison["partners"] == ["eagle"]
@@ -104,7 +104,7 @@ def test_a_comparison_of_unknown_drafts_or_of_no_common_depth_is_refused_before_
     assert _acceptance(tiny, tmp_path, "--compare", "block:nobody")[0] == 2
     assert "--compare 'block:nobody': nobody not among the drafts (eagle, block)" in capsys.readouterr().err
     argv = [f"eagle={root / 'eagle'}", f"short={root / 'short-block'}", "--target", tiny["target"]]
-    assert acceptance.main([*argv, "--compare", "short:eagle"]) == 2  # chains at 3 and 5, the block at 2
+    assert scoring.main([*argv, "--compare", "short:eagle"]) == 2  # chains at 3 and 5, the block at 2
     assert "scored at no common depth: give --depths" in capsys.readouterr().err
 
 

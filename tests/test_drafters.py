@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from eagle3lab import drafters
-from eagle3lab.drafters import DRAFTERS, drafter, kinds
+from eagle3lab.drafters import CHECKS, DRAFTERS, checks, drafter, kinds, named_by
 from eagle3lab.drafters.base import Drafter, DrafterChecks, DrafterTools
-from eagle3lab.drafters.trained import CHECKS, TOOLS, checks, named_by, tools_of
+from eagle3lab.drafters.tools import TOOLS, tools_of
 from eagle3lab.paths import ROOT
 
 PACKAGE = ROOT / "src" / "eagle3lab"
-# training's registry, and the later layers'
-REGISTRIES = {PACKAGE / "drafters" / name for name in ("__init__.py", "trained.py")}
+# what a kind is and how its artifact is checked; what the later layers do with a trained draft
+REGISTRIES = {PACKAGE / "drafters" / name for name in ("__init__.py", "tools.py")}
 PARTS = ((DRAFTERS, Drafter), (CHECKS, DrafterChecks), (TOOLS, DrafterTools))
 
 
@@ -97,7 +97,7 @@ def test_only_the_registries_import_a_kind_s_folder():
 
 
 def test_no_notebook_imports_a_kind_s_folder():
-    """The pipeline's notebooks reach a kind through the registries (drafters.trained.tools_of, or the benchmark
+    """The pipeline's notebooks reach a kind through the registries (drafters.tools.tools_of, or the benchmark
     functions that ask it), as the shared layers do."""
     importers = []
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):

@@ -26,7 +26,7 @@ COMMANDS = {
         "Benchmark drafts against the target alone and HF peers: accept length, tokens/s, speedup.",
     ),
     "acceptance": (
-        "eagle3lab.benchmark.acceptance",
+        "eagle3lab.benchmark.scoring",
         "main",
         "Measure drafts' exact accept length offline on the target's own answers to hundreds of prompts.",
     ),

@@ -12,7 +12,7 @@ from eagle3lab.benchmark.systems import DEFAULT_DRAFT, check_draft_folders, pars
 from eagle3lab.benchmark.tune import TuneSettings
 from eagle3lab.cli import COMMANDS
 from eagle3lab.drafters.base import DrafterTools
-from eagle3lab.drafters.trained import tools_of
+from eagle3lab.drafters.tools import tools_of
 from eagle3lab.io import InputError, command, write_json
 from eagle3lab.options import add_options, from_options
 

@@ -18,7 +18,7 @@ def main(argv=None) -> int:
     from eagle3lab.benchmark.systems import check_draft_folders, eos_ids
     from eagle3lab.cli import COMMANDS
     from eagle3lab.decoding.engine import generate
-    from eagle3lab.drafters.trained import tools_of
+    from eagle3lab.drafters.tools import tools_of
     from eagle3lab.models.target import DEFAULT_TARGET, load_target
 
     parser = argparse.ArgumentParser(

@@ -38,8 +38,8 @@ from eagle3lab.doctor.settings import (
     check_draft_named,
     check_launch_vs_draft_path,
 )
+from eagle3lab.drafters import checks, checks_of, named_by
 from eagle3lab.drafters.kinds import DEFAULT, kind_of_gguf
-from eagle3lab.drafters.trained import checks, checks_of, named_by
 from eagle3lab.engines.registry import ENGINES
 from eagle3lab.options import option
 

@@ -2,7 +2,7 @@
 import, pipeline.stages.code_deps, and a door must not import the layer that calls it): `Drafter`, what training
 asks of a kind; `DrafterChecks`, what the doctor asks (the facts its artifact must hold, the flags that serve it);
 `DrafterTools`, what the benchmark layer and the export ask. A kind implements all three in its own folder
-(drafters/<kind>/); the registries (drafters/__init__.py, drafters/trained.py) name it; the shared machinery never
+(drafters/<kind>/); the registries (drafters/__init__.py, drafters/tools.py) name it; the shared machinery never
 does."""
 
 from __future__ import annotations

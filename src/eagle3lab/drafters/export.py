@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from eagle3lab.drafters.trained import tools_of
+from eagle3lab.drafters.tools import tools_of
 from eagle3lab.io import command, folder_argument
 from eagle3lab.models.target import DEFAULT_TARGET
 

@@ -34,7 +34,7 @@ from eagle3lab.benchmark.prompts import load_prompts
 from eagle3lab.benchmark.served import measure_server
 from eagle3lab.benchmark.table import Column, render_rows
 from eagle3lab.drafters import drafter_of
-from eagle3lab.drafters.trained import tools_of
+from eagle3lab.drafters.tools import tools_of
 from eagle3lab.engines.llamacpp.server import LlamaCpp, read_completion
 from eagle3lab.io import InputError, write_json
 from eagle3lab.models.target import DEFAULT_TARGET, resolve
