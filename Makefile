@@ -12,7 +12,7 @@ STAMP := $(VENV)/.eagle3lab-installed
 # and CLI they run. pytest took 504 s in a fresh clone, 417 s in the same clone with its bytecode kept (one run each).
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: setup data model vllm llamacpp specforge lint test repro smoke smoke-compare lab clean-venv
+.PHONY: setup data model vllm llamacpp specforge lint test repro carry smoke smoke-compare lab clean-venv
 
 setup: $(STAMP)
 
@@ -76,6 +76,14 @@ repro: setup data model vllm llamacpp
 	PATH="$(abspath $(BIN)):$$PATH" EAGLE3LAB_REPRO_LOG="$(abspath metrics/repro.log)" $(BIN)/dvc repro
 	$(BIN)/python -m eagle3lab.pipeline.report  # docs/results.md's generated tables, from metrics/
 	$(BIN)/python -m eagle3lab.pipeline.repro_log end
+
+# A sitting's share of the run (eagle3lab.pipeline.carry): the stages whose inputs changed or that never ran, in DVC's
+# order, each started only when its estimate (its last record in metrics/cells/, else metrics/repro.log) fits the
+# minutes left of BUDGET (unset: no limit); exit 3 leaves the rest to the next sitting. The tables are rendered once
+# every stage is done.
+carry: setup data model vllm llamacpp
+	$(BIN)/python -m eagle3lab.pipeline.carry $(if $(BUDGET),--budget $(BUDGET))
+	$(BIN)/python -m eagle3lab.pipeline.report
 
 smoke: setup data model llamacpp
 	$(BIN)/python -m eagle3lab.pipeline.smoke

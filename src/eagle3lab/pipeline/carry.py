@@ -1,0 +1,270 @@
+"""`python -m eagle3lab.pipeline.carry [--budget MINUTES] [--allow-unestimated] [--dry]`: carry a pipeline run
+forward one sitting at a time, running only the cells (dvc.yaml's stages, foreach/matrix items included) whose inputs
+changed or that never ran, each started only when its estimate fits the minutes left.
+
+`make repro` is one uninterrupted `dvc repro`, longer than a sitting on a slow machine. Here DVC itself decides what
+is to run (`dvc repro --allow-missing`'s plan and its test of each cell, every cell downstream of a changed one
+included); each cell runs as its own `dvc repro --single-item NAME`, so dvc.lock holds every finished cell even if the
+sitting is killed; and each cell run leaves a record (metrics/cells/NAME.json: its minutes, commit and machine) that
+estimates its next run.
+
+Exit 0: everything planned finished (or nothing was to run); 1: a cell failed (named); 2: bad input; 3: the budget,
+or a cell without an estimate, left cells undone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from urllib.parse import quote
+
+from dvc.exceptions import DvcException
+from dvc.logger import set_loggers_level
+from dvc.repo import Repo
+from dvc.stage import PipelineStage, Stage
+
+from eagle3lab import paths
+from eagle3lab.io import InputError, RunFailed, command, require, write_json
+from eagle3lab.pipeline import machine, repro_log
+
+EXIT_CELLS_LEFT = 3
+CELLS = "metrics/cells"  # one record per finished cell
+# How `dvc repro` says it did not run a cell's command: it was unchanged once the cells before it ran (their outputs
+# came out the same), or DVC restored its outputs from its run cache. Such a run's minutes say nothing of the cell's.
+DVC_SKIPPED = ("didn't change, skipping", "is cached - skipping run")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    minutes: float | None  # None: nothing recorded
+    source: str
+
+    def __str__(self) -> str:
+        said = "no estimate" if self.minutes is None else f"estimate ~{self.minutes:.1f} min"
+        return f"{said} ({self.source})"
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str  # as DVC addresses it: `train_draft`, `train@draft-0350-seed1`
+    estimate: Estimate
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    """metrics/repro.log: the last `make repro`'s minutes per stage, and where it ran."""
+
+    minutes: dict[str, float]
+    began: str
+    commit: str
+    cpu: str
+
+
+def _never_ran(stage: Stage) -> bool:
+    """A cell dvc.lock has no entry for (a data source, a .dvc file, is no cell)."""
+    return isinstance(stage, PipelineStage) and stage.name not in stage.dvcfile.lockfile_contents.get("stages", {})
+
+
+def _would_run(stage: Stage, upstream: list | None = None, force: bool = False, **_) -> Stage | None:
+    """Whether `dvc repro --allow-missing` runs this cell, by DVC's own test (Stage.reproduce's `changed`), or a cell
+    that never ran: --allow-missing would pass over one whose inputs are absent too (a new cell after one whose
+    outputs this checkout lacks). DVC's dry run is not used: it probes the run cache, which fails on a changed cell
+    whose inputs are absent, as in a fresh clone."""
+    return stage if force or _never_ran(stage) or stage.changed(allow_missing=True, upstream=upstream) else None
+
+
+def planned_cells(root: Path) -> list[str]:
+    """The cells `dvc repro --allow-missing` would run, in its order: those whose inputs, command or params changed or
+    that never ran, and every cell downstream of one (DVC cannot know before the run whether a changed cell's outputs
+    change); a cell whose outputs are merely absent while its inputs are unchanged is left out."""
+    try:
+        # From the root, as `make repro` runs: DVC reads its target (dvc.yaml) and its stages' paths relative to the
+        # working directory. DVC logs its progress at INFO; the plan is printed here, once, with estimates.
+        with contextlib.chdir(root), set_loggers_level(logging.WARNING), Repo(str(root)) as repo:
+            stages = repo.reproduce(dry=True, allow_missing=True, force_downstream=True, repro_fn=_would_run)
+            return [stage.addressing for stage in stages]  # a name relative to the working directory
+    except DvcException as e:
+        raise InputError(f"{root}: DVC cannot plan the run: {e}") from None
+
+
+def record_path(root: Path, name: str) -> Path:
+    """metrics/cells/NAME.json; a name's `/` and `:` (a stage of another dvc.yaml) are %-escaped, so every cell has
+    its own file."""
+    return root / CELLS / f"{quote(name, safe='@')}.json"
+
+
+def reference_run(root: Path) -> ReferenceRun | None:
+    """metrics/repro.log as repro_log writes it (None when there is none): its header and its stage lines."""
+    path = root / repro_log.LOG
+    if not path.exists():
+        return None
+    lines = path.read_text().splitlines()
+    header = re.fullmatch(r"# make repro began (\S+) at (.*) on \d+ cores: (.*)", lines[0]) if lines else None
+    if not header:
+        raise InputError(f"{path}: line 1: expected `# make repro began TIME at COMMIT on N cores: CPU`")
+    minutes = {}
+    for number, line in enumerate(lines, 1):
+        if line.strip() and not line.startswith("#"):
+            row = re.fullmatch(r"(\S+)\s+\S+\s+(\d+(?:\.\d+)?)", line.strip())
+            if not row:
+                raise InputError(f"{path}: line {number}: expected `STAGE  ENDED  MINUTES`, got {line!r}")
+            minutes[row[1]] = float(row[2])
+    return ReferenceRun(minutes, *header.groups())
+
+
+def _recorded_on(cpu: str, here: str) -> str:
+    return "" if cpu == here else f", on {cpu}; this machine: {here}"
+
+
+def estimate(root: Path, name: str, reference: ReferenceRun | None, here: str) -> Estimate:
+    """A cell's expected minutes: its own last record, else the reference run's line for it, else none; the source
+    names the CPU it was measured on when that is not this machine's (`here`)."""
+    path = record_path(root, name)
+    if path.exists():
+        try:
+            record = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}: not valid JSON ({e.msg})") from None
+        minutes = require(record, "minutes", str(path), (int, float))
+        cpu = require(require(record, "machine", str(path), dict), "cpu", f"{path}: machine", str)
+        ended = require(record, "ended", str(path), str)
+        return Estimate(minutes, f"its last run, {ended[:10]}{_recorded_on(cpu, here)}")
+    if reference and name in reference.minutes:
+        source = f"{repro_log.LOG}, {reference.began[:10]} at {reference.commit}"
+        return Estimate(reference.minutes[name], source + _recorded_on(reference.cpu, here))
+    return Estimate(None, f"no record in {CELLS}/ nor a line in {repro_log.LOG}")
+
+
+def plan(root: Path) -> list[Cell]:
+    here, reference = machine.cpu_model(), reference_run(root)
+    return [Cell(name, estimate(root, name, reference, here)) for name in planned_cells(root)]
+
+
+def refusal(cell: Cell, left: float | None, allow_unestimated: bool) -> str | None:
+    """Why `cell` may not start with `left` minutes of budget (None: no budget), or None when it may."""
+    if left is None:
+        return None
+    if cell.estimate.minutes is None:
+        return None if allow_unestimated else "it has no estimate (--allow-unestimated starts it anyway)"
+    if cell.estimate.minutes > left:
+        return f"its estimate, {cell.estimate.minutes:.1f} min, is more than the {left:.1f} min left"
+    return None
+
+
+def _clock(minutes_from_now: float) -> str:
+    return (datetime.now().astimezone() + timedelta(minutes=minutes_from_now)).strftime("%H:%M")
+
+
+def print_plan(cells: list[Cell], budget: float | None, allow_unestimated: bool) -> None:
+    """Each cell with its estimate and when it would end if every estimate held; where the budget would stop."""
+    ahead: float | None = 0.0  # the minutes the cells so far need by their estimates; None past an unestimated one
+    stop = None
+    for i, cell in enumerate(cells, 1):
+        left = None if budget is None or ahead is None else budget - ahead
+        reason = refusal(cell, left, allow_unestimated)
+        stop = stop or (reason and f"{cell.name}: {reason}")
+        minutes = cell.estimate.minutes
+        ahead = None if ahead is None or minutes is None else ahead + minutes
+        print(f"[{i}/{len(cells)}] {cell.name}: {cell.estimate}, ETA {'?' if ahead is None else _clock(ahead)}")
+    if stop:
+        print(f"--budget {budget:g} would stop before {stop}")
+
+
+def run_cell(root: Path, name: str) -> bool:
+    """Run one cell as `dvc repro --single-item NAME`, its output passed through; whether DVC ran its command (it
+    skips one whose inputs came out unchanged, or restores it from its run cache). RunFailed names a failed cell."""
+    # The stages' `python` is this environment's (as make repro sets it); a cell never writes into metrics/repro.log,
+    # which holds the reference run's minutes only.
+    env = {key: value for key, value in os.environ.items() if key != repro_log.ENV}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    argv = [sys.executable, "-m", "dvc", "repro", "--single-item", name]
+    skipped = False
+    with subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as run:
+        for line in run.stdout:
+            print(line, end="", flush=True)
+            skipped = skipped or (line.startswith(f"Stage '{name}' ") and any(s in line for s in DVC_SKIPPED))
+    if run.returncode:
+        raise RunFailed(
+            f"cell {name} failed: `dvc repro --single-item {name}` exited {run.returncode} (its output above); the "
+            f"cells before it are locked in dvc.lock and recorded in {CELLS}/"
+        )
+    return not skipped
+
+
+def carry(root: Path, cells: list[Cell], budget: float | None, allow_unestimated: bool, began: float) -> int:
+    """Run the cells in order while each fits the budget left (minutes since `began`, a monotonic time); each one
+    DVC ran leaves its record. Returns the exit code."""
+    checkout = machine.commit(root)  # before any cell rewrites dvc.lock
+    for i, cell in enumerate(cells, 1):
+        left = None if budget is None else budget - (time.monotonic() - began) / 60
+        reason = refusal(cell, left, allow_unestimated)
+        if reason:
+            print(f"carry: stopping before {cell.name}: {reason}")
+            print("left undone, in plan order (each may need the ones before it):")
+            print("\n".join(f"  {later.name}: {later.estimate}" for later in cells[i - 1 :]))
+            return EXIT_CELLS_LEFT
+        if cell.estimate.minutes is None:
+            eta, allowed = "?", "" if left is None else ", started without one (--allow-unestimated)"
+        else:
+            eta, allowed = _clock(cell.estimate.minutes), ""
+        budget_left = "no budget" if left is None else f"budget left {left:.1f} min"
+        print(f"[{i}/{len(cells)}] {cell.name}: {cell.estimate}{allowed}, {budget_left}, ETA {eta}", flush=True)
+        started, start = machine.utc_now(), time.monotonic()
+        ran = run_cell(root, cell.name)
+        minutes = (time.monotonic() - start) / 60
+        if not ran:
+            print(f"[{i}/{len(cells)}] {cell.name}: DVC did not run it (unchanged, or from its run cache); no record")
+            continue
+        record = {
+            "cell": cell.name,
+            "minutes": round(minutes, 2),
+            "started": started,
+            "ended": machine.utc_now(),
+            "commit": checkout.head,
+            "uncommitted_changes": checkout.uncommitted,
+            "machine": machine.description(),
+        }
+        write_json(record_path(root, cell.name), record)
+        print(f"[{i}/{len(cells)}] {cell.name}: done in {minutes:.1f} min")
+    print(f"carry: all {len(cells)} cells done in {(time.monotonic() - began) / 60:.1f} min")
+    return 0
+
+
+@command("python -m eagle3lab.pipeline.carry")
+def main(argv: list[str] | None = None) -> int:
+    began = time.monotonic()  # the budget counts from here: planning is part of the sitting
+    parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.carry", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--budget", type=float, metavar="MINUTES", help="minutes this sitting may take (default: no limit)"
+    )
+    parser.add_argument(
+        "--allow-unestimated", action="store_true", help="under a budget, start cells that have no estimate too"
+    )
+    parser.add_argument("--dry", action="store_true", help="print the plan with estimates and ETAs; run nothing")
+    args = parser.parse_args(argv)
+    if args.budget is not None and args.budget <= 0:
+        raise InputError(f"--budget {args.budget:g}: expected the minutes this sitting may take, above 0")
+    root = paths.ROOT
+    cells = plan(root)
+    if not cells:
+        print("carry: nothing to run: every cell's inputs are as dvc.lock records them (absent outputs stay absent)")
+        return 0
+    print(f"carry: {len(cells)} cell(s) to run on {machine.cpu_model()}")
+    if args.dry:
+        print_plan(cells, args.budget, args.allow_unestimated)
+        return 0
+    return carry(root, cells, args.budget, args.allow_unestimated, began)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
