@@ -90,9 +90,9 @@ def test_a_missing_eval_set_names_its_file(tmp_path):
 def test_offline_accept_length_equals_the_engines_online_one_on_smollm2_in_float32(smollm2, tmp_path):
     """8 prompts (MT-bench both turns, HumanEval, GSM8K), chains of 3 and 5: the teacher-forced walk gives the local
     engine's accept length exactly, and the cached answer is the engine's own greedy text."""
-    from eagle3lab.benchmark.acceptance import evaluate
     from eagle3lab.benchmark.systems import load_bench_draft
     from eagle3lab.decoding.engine import SpecEngine
+    from eagle3lab.drafters.eagle3.acceptance import evaluate
     from eagle3lab.regen.batching import eos_ids
 
     draft = load_bench_draft(TRAINED_DRAFT, smollm2, torch.float32)

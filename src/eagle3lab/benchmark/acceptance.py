@@ -1,13 +1,12 @@
 """Exact offline accept length on the evaluation set, no decoding: the rows every drafter kind scores into
-(PromptAcceptance), their pooling and tables, EAGLE-3's chains (`evaluate`) and the options `eagle3lab acceptance`
-(benchmark.scoring) reads.
+(PromptAcceptance), their pooling and tables, and the options `eagle3lab acceptance` (benchmark.scoring) reads.
 
 The walk (decoding.offline) scores a draft along the target's own greedy answers; one target forward per prompt
 serves every draft of a kind at every depth, and the figure equals the local engine's online accept length prompt by
 prompt (tests/test_acceptance.py for EAGLE-3's chains, tests/test_dflash.py for DFlash's blocks), with no timing noise
-and no bf16 text drift between drafts. Here `evaluate` scores EAGLE-3's chains; each kind scores its own drafts
-through its tools (drafters.base.DrafterTools.offline_acceptance), all into PromptAcceptance rows; benchmark.scoring
-loads and scores drafts of any kind through them.
+and no bf16 text drift between drafts. Each kind scores its own drafts into PromptAcceptance rows, through its tools
+(drafters.base.DrafterTools.offline_acceptance: drafters/eagle3/acceptance.py the chains, drafters/dflash/acceptance.py
+the blocks); benchmark.scoring loads and scores drafts of any kind through them.
 
 Accept length here is the engine's: (answer tokens - 1) / rounds (the prefill's token is not a round's)."""
 
@@ -16,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3lab.decoding.offline import draft_hits, walk
 from eagle3lab.io import InputError
 
 
@@ -39,32 +37,6 @@ class PromptAcceptance:
     @property
     def accept_length(self) -> float:
         return self.tokens / self.rounds if self.rounds else 1.0
-
-
-def evaluate(drafts: dict, target, records, depths: list[int], progress: bool = True) -> list[PromptAcceptance]:
-    """PromptAcceptance of every draft (name -> Eagle3Draft) at every depth on every record. One target forward per
-    record serves every draft that reads the same target layers."""
-    from tqdm import tqdm
-
-    from eagle3lab.benchmark.eval_set import teacher_forced
-    from eagle3lab.models.target import aux_hidden_indices
-
-    by_layers: dict[tuple, dict] = {}
-    for name, draft in drafts.items():
-        layers = tuple(aux_hidden_indices(target.num_layers, draft.config.aux_layer_ids))
-        by_layers.setdefault(layers, {})[name] = draft
-    deepest = max(depths)
-    out = []
-    for group in by_layers.values():
-        forced = teacher_forced(target, records, next(iter(group.values())).config.aux_layer_ids)
-        for tf in tqdm(forced, total=len(records), disable=not progress, desc="acceptance"):
-            prompt_tokens, tokens = len(tf.record.prompt_ids), max(tf.answer_tokens - 1, 0)
-            for name, draft in group.items():
-                hits = draft_hits(draft, tf.aux, tf.ids, deepest, first=prompt_tokens - 1)
-                for depth in depths:
-                    accepted = walk(hits, prompt_tokens, tf.answer_tokens, depth)
-                    out.append(PromptAcceptance(name, tf.record.set, tf.record.id, depth, tokens, accepted, tf.cut))
-    return out
 
 
 def pooled(rows: list[PromptAcceptance]) -> dict:

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from eagle3lab.benchmark import acceptance, comparisons, eval_set, findings
+from eagle3lab.benchmark import acceptance, comparisons, eval_set, findings, scoring
 from eagle3lab.benchmark.scaling import LEVEL
-from eagle3lab.benchmark.systems import load_bench_draft
 from eagle3lab.decoding.config import SpecConfig
 from eagle3lab.devices import resolve_dtype
 from eagle3lab.io import write_json
@@ -86,8 +85,8 @@ def score(root: Path, bench: dict, names: list[str]) -> pd.DataFrame:
     records = eval_set.build_eval_set(
         target, root / "artifacts" / "eval", bench["eval_sets"], bench["eval_max_new_tokens"]
     )
-    drafts = {n: load_bench_draft(root / "artifacts" / "drafts" / n, target, target.model.dtype) for n in names}
-    rows = acceptance.evaluate(drafts, target, records, [SpecConfig.parse(bench["sweep_config"]).steps])
+    drafts = scoring.load_drafts({n: root / "artifacts" / "drafts" / n for n in names}, target, target.model.dtype)
+    rows = scoring.score(drafts, target, records, [SpecConfig.parse(bench["sweep_config"]).steps], progress=True)
     return pd.DataFrame(acceptance.per_prompt(rows))
 
 

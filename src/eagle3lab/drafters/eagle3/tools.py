@@ -25,7 +25,7 @@ class Eagle3Tools(DrafterTools):
     def offline_acceptance(
         self, drafts: dict, target, records, depths: list[int] | None, progress: bool = True
     ) -> list:
-        from eagle3lab.benchmark.acceptance import evaluate
+        from eagle3lab.drafters.eagle3.acceptance import evaluate
 
         return evaluate(drafts, target, records, depths or list(DEFAULT_DEPTHS), progress)
 
