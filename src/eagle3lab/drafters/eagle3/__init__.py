@@ -1,10 +1,11 @@
 """The EAGLE-3 drafter kind, training side (drafters.base.Drafter): one decoder layer over the target's three captured
-hidden states, trained with training-time test; its tools are drafters.eagle3.tools. What is its own still lives
-where the pipeline grew it, and these two modules are its doors for the shared machinery: the model and its config
-(models.draft, models.draft_config), training (train.loop, train.loss), its exact offline walk (decoding.offline),
-its chain and tree proposals (decoding.engine, decoding.tree), its GGUF (engines.llamacpp.gguf) and the doctor's
-facts about its artifact (doctor.algorithm, doctor.vocab, doctor.fields, engines.llamacpp.rules). Moving those into
-this folder is the rest of the drafters issue."""
+hidden states, trained with training-time test. Its folder holds its trainer (train.py, on train.loop.Trainer), its
+TTT objective (loss.py), its exact chain acceptance (acceptance.py) and the doctor's facts of its artifact
+(algorithm.py, vocab.py, fields.py), behind its doors: this module, checks.py and tools.py. Three of its parts stay
+where the project grew them, shared: its network and config (models.draft, models.draft_config: DFlash reuses the
+attention cache and config readers), its chain and tree proposals in the local engine (decoding.engine,
+decoding.tree: the engine's verify and accept loop is theirs too), and its GGUF writer (engines.llamacpp.gguf, which
+also converts the targets)."""
 
 from __future__ import annotations
 
