@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from eagle3lab import paths
-from eagle3lab.pipeline import carry, machine
+from eagle3lab.pipeline import carry, machine, repro_log
 
 CELLS = ["first", "middle@x", "middle@y", "last"]
 FAR_TOO_LONG = 500.0  # minutes: a fake record no toy cell comes near, nor the budgets below
@@ -214,7 +214,7 @@ def test_an_estimate_falls_back_to_the_reference_runs_log_and_names_its_cpu(repo
         "# stage  ended  minutes\n"
         "first  2026-12-06T01:07:42Z  12.5\n"
     )
-    reference, here = carry.reference_run(repo), machine.cpu_model()
+    reference, here = carry.reference_run(repo / repro_log.LOG), machine.cpu_model()
     carry.record_path(repo, "first").unlink()
     first = carry.estimate(repo, "first", reference, here)
     assert first.minutes == 12.5

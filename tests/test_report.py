@@ -253,3 +253,35 @@ def test_readmes_table_sets_each_draft_at_tunes_pick_or_its_fastest_and_the_dfla
         "| big | 1.50x at `1,3,1,4`, accept 1.90 | - | 1.05x at `1,1,1,2@0.5`, accept 1.50 |",
         "| dflash-00350 | slower: 0.80x, accept 1.05, all sets | - | slower: 0.33x at `1,5,1,6`, accept 1.04 |",
     ]
+
+
+def _cell(name: str, cpu: str, dtype: str, ended: str) -> dict:
+    machine = {"cpu": cpu, "native_bf16": dtype == "bfloat16", "auto_dtype": dtype, "cores": 2, "torch_threads": 2}
+    return {"cell": name, "minutes": 12.5, "started": ended, "ended": ended, "commit": "abc1234"} | {
+        "uncommitted_changes": False,
+        "machine": machine,
+    }
+
+
+def test_where_it_ran_lists_each_cell_s_machine_and_says_when_a_run_mixes_them(tmp_path):
+    """The results page names the reference run's machine and every cell carried forward since, with its CPU and
+    dtype; cells of two dtypes are flagged, one machine's are not."""
+    from eagle3lab.io import write_json
+    from eagle3lab.pipeline import report_machines
+
+    (tmp_path / "repro.log").write_text(
+        "# make repro began 2026-12-06T01:06:34Z at d73a438 on 2 cores: Xeon A\n# unix_start 1\n"
+        "# stage  ended  minutes\ndataset_survey  2026-12-06T01:07:42Z  1.1\n"
+    )
+    assert "No cell has been carried forward" in report_machines.section(tmp_path)
+    write_json(tmp_path / "cells" / "train@b.json", _cell("train@b", "Xeon A", "bfloat16", "2026-12-07T02:00:00Z"))
+    one = report_machines.section(tmp_path)
+    assert "at d73a438 on Xeon A; minutes per stage: dataset_survey 1.1" in one and "mixes" not in one
+    write_json(tmp_path / "cells" / "train@a.json", _cell("train@a", "EPYC B", "float32", "2026-12-07T01:00:00Z"))
+    two = report_machines.section(tmp_path)
+    rows = [line for line in two.splitlines() if line.startswith("| train@")]
+    assert rows == [
+        "| train@a | 12.50 | EPYC B | no | float32 | 2 | abc1234 | 2026-12-07 01:00 |",  # in the order they ended
+        "| train@b | 12.50 | Xeon A | yes | bfloat16 | 2 | abc1234 | 2026-12-07 02:00 |",
+    ]
+    assert "mixes 2 CPU kind(s) and the dtypes bfloat16, float32" in two

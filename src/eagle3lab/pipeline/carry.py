@@ -103,9 +103,9 @@ def record_path(root: Path, name: str) -> Path:
     return root / CELLS / f"{quote(name, safe='@')}.json"
 
 
-def reference_run(root: Path) -> ReferenceRun | None:
-    """metrics/repro.log as repro_log writes it (None when there is none): its header and its stage lines."""
-    path = root / repro_log.LOG
+def reference_run(path: Path) -> ReferenceRun | None:
+    """A reference run's log (metrics/repro.log) as repro_log writes it (None when there is none): its header and its
+    stage lines."""
     if not path.exists():
         return None
     lines = path.read_text().splitlines()
@@ -120,6 +120,18 @@ def reference_run(root: Path) -> ReferenceRun | None:
                 raise InputError(f"{path}: line {number}: expected `STAGE  ENDED  MINUTES`, got {line!r}")
             minutes[row[1]] = float(row[2])
     return ReferenceRun(minutes, *header.groups())
+
+
+def cell_records(folder: Path) -> list[dict]:
+    """The records of the cells carried forward (metrics/cells/*.json), in the order they ended."""
+    records = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            records.append(json.loads(path.read_text()))
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}: not valid JSON ({e.msg})") from None
+        require(records[-1], "ended", str(path), str)
+    return sorted(records, key=lambda record: record["ended"])
 
 
 def _recorded_on(cpu: str, here: str) -> str:
@@ -146,7 +158,7 @@ def estimate(root: Path, name: str, reference: ReferenceRun | None, here: str) -
 
 
 def plan(root: Path) -> list[Cell]:
-    here, reference = machine.cpu_model(), reference_run(root)
+    here, reference = machine.cpu_model(), reference_run(root / repro_log.LOG)
     return [Cell(name, estimate(root, name, reference, here)) for name in planned_cells(root)]
 
 
