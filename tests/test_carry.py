@@ -226,3 +226,12 @@ def test_an_estimate_falls_back_to_the_reference_runs_log_and_names_its_cpu(repo
 def test_a_budget_of_no_minutes_is_bad_input(capsys):
     assert carry.main(["--budget", "0"]) == 2
     assert "--budget 0" in capsys.readouterr().err
+
+
+def test_a_record_missing_a_field_its_readers_use_is_named(repo):
+    path = carry.record_path(repo, "first")
+    record = json.loads(path.read_text())
+    del record["machine"]["auto_dtype"]
+    path.write_text(json.dumps(record))
+    with pytest.raises(carry.InputError, match=r"first\.json: machine: missing field 'auto_dtype'"):
+        carry.cell_records(repo / carry.CELLS)

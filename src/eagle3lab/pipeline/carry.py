@@ -122,16 +122,24 @@ def reference_run(path: Path) -> ReferenceRun | None:
     return ReferenceRun(minutes, *header.groups())
 
 
+def read_record(path: Path) -> dict:
+    """One cell's record (metrics/cells/NAME.json), checked for the fields its readers use (its estimate, the
+    results page): an InputError names the file and the field."""
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON ({e.msg})") from None
+    for field, kind in (("cell", str), ("minutes", (int, float)), ("ended", str), ("commit", str)):
+        require(record, field, str(path), kind)
+    where = require(record, "machine", str(path), dict)
+    for field, kind in (("cpu", str), ("native_bf16", bool), ("auto_dtype", str), ("torch_threads", int)):
+        require(where, field, f"{path}: machine", kind)
+    return record
+
+
 def cell_records(folder: Path) -> list[dict]:
     """The records of the cells carried forward (metrics/cells/*.json), in the order they ended."""
-    records = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            records.append(json.loads(path.read_text()))
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}: not valid JSON ({e.msg})") from None
-        require(records[-1], "ended", str(path), str)
-    return sorted(records, key=lambda record: record["ended"])
+    return sorted((read_record(path) for path in folder.glob("*.json")), key=lambda record: record["ended"])
 
 
 def _recorded_on(cpu: str, here: str) -> str:
@@ -143,14 +151,9 @@ def estimate(root: Path, name: str, reference: ReferenceRun | None, here: str) -
     names the CPU it was measured on when that is not this machine's (`here`)."""
     path = record_path(root, name)
     if path.exists():
-        try:
-            record = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}: not valid JSON ({e.msg})") from None
-        minutes = require(record, "minutes", str(path), (int, float))
-        cpu = require(require(record, "machine", str(path), dict), "cpu", f"{path}: machine", str)
-        ended = require(record, "ended", str(path), str)
-        return Estimate(minutes, f"its last run, {ended[:10]}{_recorded_on(cpu, here)}")
+        record = read_record(path)
+        ended, cpu = record["ended"], record["machine"]["cpu"]
+        return Estimate(record["minutes"], f"its last run, {ended[:10]}{_recorded_on(cpu, here)}")
     if reference and name in reference.minutes:
         source = f"{repro_log.LOG}, {reference.began[:10]} at {reference.commit}"
         return Estimate(reference.minutes[name], source + _recorded_on(reference.cpu, here))
