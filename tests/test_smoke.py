@@ -15,19 +15,41 @@ def test_smoke_params_have_the_same_keys_as_the_reference_params():
     assert {k: sorted(v) for k, v in tiny.items()} == {k: sorted(v) for k, v in reference.items()}
 
 
-def test_dvc_stages_match_the_notebooks():
+def test_dvc_stages_are_the_notebooks_and_the_grid_cells():
     notebooks = {p.stem.split("_", 1)[1] for p in paths.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
-    assert set(smoke.pipeline_stages()) == notebooks
+    assert set(smoke.pipeline_stages()) == notebooks | {"answers"}
+
+
+def test_the_smoke_root_resolves_the_grid_from_the_smoke_params_and_a_stage_names_its_cells(tmp_path):
+    cells = smoke.pipeline_cells(smoke.prepare_root(tmp_path))
+    answers = {c: cmd for c, cmd in cells.items() if c.startswith("answers@")}
+    smoke_cells = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())["answers"]["cells"]
+    assert list(answers) == [f"answers@{name}" for name in smoke_cells]  # params/smoke.yaml's, not params.yaml's
+    assert answers["answers@val"] == "python -m eagle3lab.pipeline.answers val"
+    order = list(cells)
+    assert order.index("dataset_survey") < order.index("answers@train-000")  # the cells read the mixture
+    assert smoke.chosen(cells, ["answers", "train_draft"]) == answers | {"train_draft": cells["train_draft"]}
+    with pytest.raises(SystemExit, match="no cell or stage \\['answer'\\]"):
+        smoke.chosen(cells, ["answer"])
 
 
 @pytest.mark.slow
 def test_every_stage_runs_on_tiny_params(tmp_path):
-    smoke.run(smoke.pipeline_stages(), smoke.prepare_root(tmp_path))
+    smoke.run(smoke.pipeline_cells(smoke.prepare_root(tmp_path)), tmp_path)
     metrics = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics").glob("*.json")}
     assert set(metrics) == {"survey", "regen", "train", "benchmark", "tune", "scaling", "diagnosis"}
+    # the grid's regeneration: each cell's slice answered, accounted for and recorded with where it ran
+    cells = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())["answers"]["cells"]
+    records = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics" / "answers").glob("*.json")}
+    assert set(records) == set(cells)
+    assert [records["train-000"]["prompts"], records["train-001"]["start"]] == [3, 3]
+    assert records["sampled-000"]["settings"]["temperature"] == 0.7 and records["val"]["settings"]["temperature"] == 0
+    for name, record in records.items():
+        answered = (tmp_path / "answers" / f"{name}.jsonl").read_text().splitlines()
+        assert len(answered) == record["success"] > 0 and record["ran"]["cpu"], name
     # stage 04 tunes the final draft: a decision, and the tuned config benchmarked beside the fixed ones
     assert metrics["tune"]["decision"] and "tuned" in metrics["benchmark"]
-    for stage in smoke.pipeline_stages():
+    for stage in (s for s in smoke.pipeline_stages() if s != "answers"):  # the grid's cells run a module
         assert list((tmp_path / "reports").glob(f"*_{stage}.ipynb")), f"no executed notebook for {stage}"
     # the wrong flag is caught by the doctor and, measured, contributes nothing
     diagnosis = metrics["diagnosis"]

@@ -1,7 +1,8 @@
 """`python -m eagle3lab.pipeline.relock BEFORE AFTER`: record the current code in dvc.lock without a rerun, once the
 smoke comparison proves the change output-neutral: BEFORE is a smoke root made at the locked code, AFTER one made at
 the current code, on the same machine (`python -m eagle3lab.pipeline.smoke --root DIR` at each commit). Any output
-difference refuses, naming it: the stages whose outputs differ need a rerun instead.
+difference refuses, naming it: the stages whose outputs differ need a rerun instead. Cells that never ran (new in
+dvc.yaml, absent from dvc.lock) are left to run: their outputs, which only AFTER holds, are no difference.
 
 Only what the repository commits and no stage writes is rewritten: the code a stage runs (its notebook and its `src/`
 dependencies, dvc.yaml's list) and the committed drafts folder, each hashed by DVC itself; data, params and other
@@ -41,15 +42,16 @@ def lock_yaml() -> YAML:
     return yaml
 
 
-def relocked(root: Path) -> tuple[dict, list[str]]:
-    """dvc.lock with every stage's committed dependencies as dvc.yaml lists them now, hashed from the working tree;
-    and the paths whose entry changed."""
+def relocked(root: Path) -> tuple[dict, list[str], list[str]]:
+    """dvc.lock with every locked stage's committed dependencies as dvc.yaml lists them now, hashed from the working
+    tree; the paths whose entry changed; and the cells dvc.lock has no entry for, which need a run."""
     lock = lock_yaml().load((root / "dvc.lock").read_text())
-    changed = []
+    changed, never_ran = [], []
     with Repo(str(root)) as repo:
         for stage in (s for s in repo.index.stages if isinstance(s, PipelineStage)):  # not data.dvc
             if stage.name not in lock["stages"]:
-                raise InputError(f"{root / 'dvc.lock'}: no stage '{stage.name}': it never ran; it needs a run")
+                never_ran.append(stage.name)
+                continue
             deps = [d for d in stage.deps if not isinstance(d, ParamsDependency)]  # params are locked as they were
             locked = lock["stages"][stage.name]["deps"]
             before = {dep["path"]: dep for dep in locked}
@@ -61,7 +63,19 @@ def relocked(root: Path) -> tuple[dict, list[str]]:
             changed += [e["path"] for e in now if (before.get(e["path"]) or {}).get("md5") != e["md5"]]
             changed += [p for p in before if p.startswith(COMMITTED) and p not in {e["path"] for e in now}]
             locked[:] = sorted([*kept, *now], key=lambda dep: dep["path"])
-    return lock, sorted(set(changed))
+    return lock, sorted(set(changed)), never_ran
+
+
+def new_cell_outputs(smoke_root: Path, locked: set[str]) -> set[str]:
+    """The outputs a smoke root's cells that dvc.lock does not name wrote (resolved from its own params, as the smoke
+    ran them): outputs no locked stage makes, so they cannot show that a locked stage's outputs changed."""
+    if not (smoke_root / ".dvc").is_dir():  # a smoke root made before smoke roots were DVC projects: no grid cells
+        return set()
+    with Repo(str(smoke_root)) as repo:
+        cells = [
+            s for s in repo.index.stages if isinstance(s, PipelineStage) and s.name.partition("@")[0] not in locked
+        ]
+        return {out.def_path for cell in cells for out in cell.outs}
 
 
 @command("python -m eagle3lab.pipeline.relock")
@@ -70,16 +84,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("before", type=Path, help="smoke root made at the code dvc.lock records")
     parser.add_argument("after", type=Path, help="smoke root made at the current code, on the same machine")
     args = parser.parse_args(argv)
-    differences, compared = compare(args.before, args.after)
+    locked = {name.partition("@")[0] for name in lock_yaml().load((paths.ROOT / "dvc.lock").read_text())["stages"]}
+    differences, compared = compare(args.before, args.after, new_in_b=new_cell_outputs(args.after, locked))
     if differences:
         print("\n".join(differences))
         print(f"relock refused: {len(differences)} of {compared} outputs differ; rerun the stages that make them")
         return 1
-    lock, changed = relocked(paths.ROOT)
+    lock, changed, never_ran = relocked(paths.ROOT)
     with atomic_path(paths.ROOT / "dvc.lock") as tmp, open(tmp, "w") as f:
         lock_yaml().dump(lock, f)
     print(f"relock: {compared} smoke outputs equal; dvc.lock records the current code of {len(changed)} file(s)")
     print("\n".join(f"  {path}" for path in changed))
+    if never_ran:
+        print(f"{len(never_ran)} cell(s) never ran and need a run (make carry): {', '.join(never_ran)}")
     return 0
 
 

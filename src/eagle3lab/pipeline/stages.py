@@ -28,7 +28,10 @@ from eagle3lab.pipeline import repro_log
 
 SHARED_SECTION = "common"
 # Params sections that are no stage's, and what reads each: a stage never receives them.
-OTHER_SECTIONS = {"sglang": "`eagle3lab sglang` (SGLang server settings, params/gpu-llama3-8b.yaml)"}
+OTHER_SECTIONS = {
+    "sglang": "`eagle3lab sglang` (SGLang server settings, params/gpu-llama3-8b.yaml)",
+    "answers": "`python -m eagle3lab.pipeline.answers` (the grid's regeneration cells, dvc.yaml's `answers`)",
+}
 
 
 class StageError(RunFailed):
@@ -218,8 +221,19 @@ def code_deps(notebook: Path, package: Path | None = None) -> list[str]:
         if not line.lstrip().startswith(("%", "!"))
     )
     runner = "pipeline.stages" if _module_file(package, "pipeline.stages") else "stages"
-    todo, files = [*_package_imports(code, package), runner], {package / "__init__.py"}
-    seen: set[str] = set()
+    return _closure([*_package_imports(code, package), runner], package)
+
+
+def module_deps(module: str, package: Path | None = None) -> list[str]:
+    """The package files a cell that runs `python -m eagle3lab.MODULE` runs, as code_deps finds them."""
+    package = package or paths.ROOT / "src" / "eagle3lab"
+    if not _module_file(package, module):
+        raise StageError(f"no module '{module}' in {package}")
+    return _closure([module], package)
+
+
+def _closure(todo: list[str], package: Path) -> list[str]:
+    files, seen = {package / "__init__.py"}, set()
     while todo:
         module = todo.pop()
         for m in _with_parents(module):
@@ -262,14 +276,19 @@ def run_stage(stage: str, params_file: Path | None = None, output: Path | None =
 @command("eagle3lab stage")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.stages", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", help="stage name, e.g. dataset_survey (runs notebooks/NN_dataset_survey.ipynb)")
+    parser.add_argument(
+        "stage", nargs="?", help="stage name, e.g. dataset_survey (runs notebooks/NN_dataset_survey.ipynb)"
+    )
     parser.add_argument("--params", type=Path, default=None, help="params file (default: params.yaml at the repo root)")
     parser.add_argument("--output", type=Path, default=None, help="executed notebook (default: reports/NN_NAME.ipynb)")
     parser.add_argument("--deps", action="store_true", help="print the package files the stage runs (dvc.yaml deps)")
+    parser.add_argument("--module", help="with --deps: the files of a cell that runs `python -m eagle3lab.MODULE`")
     args = parser.parse_args(argv)
     if args.deps:
-        print("\n".join(code_deps(notebook_for(args.stage))))
+        print("\n".join(module_deps(args.module) if args.module else code_deps(notebook_for(args.stage))))
         return 0
+    if not args.stage:
+        parser.error("a stage name is needed")
     started = time.monotonic()
     out = run_stage(args.stage, args.params, args.output)
     repro_log.stage(args.stage, time.monotonic() - started)
