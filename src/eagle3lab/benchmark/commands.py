@@ -94,8 +94,9 @@ def bench(argv: list[str]) -> int:
 def tune(argv: list[str]) -> int:
     """`eagle3lab tune`: tune in our engine, or in a served engine."""
     kind = tune_kind(argv)
-    args = tune_parser(kind.tune_settings()).parse_args(argv)
-    settings = from_options(args, kind.tune_settings())
+    options = kind.tune_settings()  # the kind's settings class: its fields are the command's options
+    args = tune_parser(options).parse_args(argv)
+    settings = from_options(args, options)
     check_draft_folders([settings.draft])
     result, text = kind.tune(settings, progress=not args.quiet)  # each kind tunes its own shape
     return _show(result, text, settings.output)
