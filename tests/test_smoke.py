@@ -17,7 +17,7 @@ def test_smoke_params_have_the_same_keys_as_the_reference_params():
 
 def test_dvc_stages_are_the_notebooks_and_the_grid_cells():
     notebooks = {p.stem.split("_", 1)[1] for p in paths.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
-    assert set(smoke.pipeline_stages()) == notebooks | {"answers"}
+    assert set(smoke.pipeline_stages()) == notebooks | {"answers", "drafts"}
 
 
 def test_the_smoke_root_resolves_the_grid_from_the_smoke_params_and_a_stage_names_its_cells(tmp_path):
@@ -47,9 +47,20 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     for name, record in records.items():
         answered = (tmp_path / "answers" / f"{name}.jsonl").read_text().splitlines()
         assert len(answered) == record["success"] > 0 and record["ran"]["cpu"], name
+    # the grid's draft cells: each draft of the plan trained on those answers, scored, recorded, with its report
+    planned = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())["drafts"]["cells"]
+    drafted = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics" / "drafts").glob("*.json")}
+    assert set(drafted) == set(planned)
+    assert drafted["dflash-00008"]["drafter"] == "dflash" and drafted["sampled-00004"]["matched_to"] == "scale-00004"
+    for name, record in drafted.items():
+        assert record["training"]["stopped_by"] in ("patience", "budget") and record["training"]["best"], name
+        pooled = {row["set"]: row for row in record["acceptance"]["pooled"]}
+        assert pooled["all"]["prompts"] == len(record["acceptance"]["per_prompt"]) == 5, name
+        assert (tmp_path / "artifacts" / "grid" / "drafts" / name / "config.json").exists(), name
+        assert (tmp_path / "reports" / "drafts" / f"{name}.ipynb").exists(), name
     # stage 04 tunes the final draft: a decision, and the tuned config benchmarked beside the fixed ones
     assert metrics["tune"]["decision"] and "tuned" in metrics["benchmark"]
-    for stage in (s for s in smoke.pipeline_stages() if s != "answers"):  # the grid's cells run a module
+    for stage in (s for s in smoke.pipeline_stages() if s not in ("answers", "drafts")):  # the grid: its own
         assert list((tmp_path / "reports").glob(f"*_{stage}.ipynb")), f"no executed notebook for {stage}"
     # the wrong flag is caught by the doctor and, measured, contributes nothing
     diagnosis = metrics["diagnosis"]

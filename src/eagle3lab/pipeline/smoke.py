@@ -14,8 +14,6 @@ import time
 from pathlib import Path
 
 import yaml
-from dvc.repo import Repo
-from dvc.stage import PipelineStage
 
 from eagle3lab import paths
 
@@ -37,6 +35,8 @@ def prepare_root(scratch: Path, params_file: Path = SMOKE_PARAMS) -> Path:
             link.symlink_to(paths.ROOT / shared)
     (scratch / "params.yaml").write_text(Path(params_file).read_text())
     if not (scratch / ".dvc").is_dir():
+        from dvc.repo import Repo  # here: the GPU run imports this module before its kit installs DVC
+
         Repo.init(str(scratch), no_scm=True).close()
     return scratch
 
@@ -44,6 +44,9 @@ def prepare_root(scratch: Path, params_file: Path = SMOKE_PARAMS) -> Path:
 def pipeline_cells(scratch: Path) -> dict[str, str]:
     """Cell -> its command, in dvc.yaml order (kept in DAG order there), foreach items resolved by DVC from the
     scratch root's params.yaml: `answers@train-000`, ..., `train_draft`."""
+    from dvc.repo import Repo
+    from dvc.stage import PipelineStage
+
     with Repo(str(scratch)) as repo:
         return {s.name: s.cmd for s in repo.index.stages if isinstance(s, PipelineStage)}
 

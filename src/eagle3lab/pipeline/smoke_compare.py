@@ -16,10 +16,16 @@ from pathlib import Path
 import numpy as np
 
 from eagle3lab.io import InputError, command
+from eagle3lab.regen.files import LOCK_SUFFIX, PROGRESS_SUFFIX, STALE_SUFFIX
+from eagle3lab.regen.run import SERVER_LOG_SUFFIX
 
 # Only these folders: figures/ (PNG bytes are not reproducible) and reports/ (executed notebooks: timings, paths) are
-# views of what these hold.
-COMPARED = ("artifacts", "metrics")
+# views of what these hold. answers/ (the grid's committed regeneration) is compared where a root has it: a smoke root
+# made before the grid has none.
+COMPARED = ("artifacts", "metrics", "answers")
+REQUIRED = ("artifacts", "metrics")
+# an answers cell's own run files beside its output, which git and DVC leave out too (.gitignore, .dvcignore)
+ANSWERS_RUN_FILES = (PROGRESS_SUFFIX, SERVER_LOG_SUFFIX, LOCK_SUFFIX, STALE_SUFFIX)
 
 # The words that mark a JSON key as a timing or a fact about the moment, process or machine of a run: the key is split
 # at "_", "-" and spaces, and its whole value is left out when any word is one of these (costs_ms, tokens_per_s,
@@ -35,8 +41,9 @@ TIMING_WORDS = frozenset(
         *("speedup", "throughput"),
         # when a run happened: created, started_at, updated_at (regeneration's progress files)
         *("created", "started", "updated", "finished", "date"),
-        # the process and machine it ran on: process ids (pid, server_pid), the CPU (scaling's hardware)
-        *("pid", "hardware", "host", "cpu"),
+        # the process and machine it ran on: process ids (pid, server_pid), the CPU (scaling's hardware), and a grid
+        # cell's record of where, when and at which commit it ran (`ran`)
+        *("pid", "hardware", "host", "cpu", "ran"),
     }
 )
 
@@ -54,8 +61,8 @@ SPEED_FINDING = "accept_length_needed"
 # Content-keyed caches: a folder named by a hash of its input file's bytes. Regeneration writes records as requests
 # finish (several at once), so the same records come in another order and the key differs; the drafts trained from
 # the cache are compared bitwise, the records themselves as a set.
-CACHES = ("artifacts/features/",)
-CACHE_PATH = re.compile(r"<root>/artifacts/features/[0-9a-f]+")
+CACHES = ("artifacts/features/", "artifacts/grid/features/")
+CACHE_PATH = re.compile(r"<root>/artifacts/(?:grid/)?features/[0-9a-f]+")
 
 
 def is_timing(name: str) -> bool:
@@ -98,7 +105,7 @@ def check_root(root: Path) -> None:
     # eagle3lab.pipeline.smoke.prepare_root links notebooks/ into every scratch root: it tells one from a checkout.
     if not (root / "notebooks").is_symlink():
         raise InputError(f"{root} is not a smoke root: no notebooks/ link (a checkout, or not a smoke folder?)")
-    for folder in COMPARED:
+    for folder in REQUIRED:
         if not (root / folder).is_dir():
             raise InputError(f"{root} is not a finished smoke root: no {folder}/ folder")
 
@@ -114,6 +121,7 @@ def normaliser(root: Path):
 
 def outputs(root: Path) -> set[str]:
     found = {str(p.relative_to(root)) for folder in COMPARED for p in (root / folder).rglob("*") if p.is_file()}
+    found = {rel for rel in found if not (rel.startswith("answers/") and rel.endswith(ANSWERS_RUN_FILES))}
     return {rel for rel in found if is_result(Path(rel)) and not rel.startswith(CACHES)}
 
 

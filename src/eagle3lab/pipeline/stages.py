@@ -31,6 +31,7 @@ SHARED_SECTION = "common"
 OTHER_SECTIONS = {
     "sglang": "`eagle3lab sglang` (SGLang server settings, params/gpu-llama3-8b.yaml)",
     "answers": "`python -m eagle3lab.pipeline.answers` (the grid's regeneration cells, dvc.yaml's `answers`)",
+    "drafts": "`python -m eagle3lab.pipeline.drafts` (the grid's draft cells, dvc.yaml's `drafts`)",
 }
 
 
@@ -251,12 +252,17 @@ def _closure(todo: list[str], package: Path) -> list[str]:
 
 
 def run_stage(stage: str, params_file: Path | None = None, output: Path | None = None) -> Path:
-    import papermill
-
     params_file = Path(params_file or paths.PARAMS)
     notebook = notebook_for(stage)
     values = stage_parameters(stage, notebook, load_params(params_file), params_file)
-    output = Path(output or paths.REPORTS / notebook.name)
+    return execute(notebook, values, Path(output or paths.REPORTS / notebook.name), f"stage '{stage}'")
+
+
+def execute(notebook: Path, values: dict, output: Path, label: str) -> Path:
+    """Run `notebook` through papermill with `values` as its parameters, in the repository root, into `output`
+    (written only when every cell ran); a failure is an error naming `label` and the notebook's cell."""
+    import papermill
+
     with atomic_path(output) as tmp:
         try:
             papermill.execute_notebook(
@@ -269,7 +275,7 @@ def run_stage(stage: str, params_file: Path | None = None, output: Path | None =
                 log_output=False,
             )
         except papermill.PapermillExecutionError as e:
-            raise StageError(f"stage '{stage}' failed in cell {e.exec_count}: {e.ename}: {e.evalue}") from None
+            raise StageError(f"{label} failed in cell {e.exec_count}: {e.ename}: {e.evalue}") from None
     return output
 
 
