@@ -219,8 +219,27 @@ def test_an_estimate_falls_back_to_the_reference_runs_log_and_names_its_cpu(repo
     first = carry.estimate(repo, "first", reference, here)
     assert first.minutes == 12.5
     assert "metrics/repro.log, 2026-12-06 at d73a438, on Elsewhere CPU 9000" in first.source
-    unknown = carry.estimate(repo, "middle@z", reference, here)
+    unknown = carry.estimate(repo, "other@z", reference, here)
     assert unknown.minutes is None and str(unknown).startswith("no estimate")
+
+
+def test_a_grid_cell_that_never_ran_is_estimated_by_the_longest_recorded_cell_of_its_stage(repo, capsys):
+    """A new cell of a grid (middle@z, say) has no record of its own: its stage's cells that ran say what to expect,
+    and a sitting re-estimates each cell as the ones before it finish."""
+    _fake_record(repo, "middle@x", 3.0)
+    _fake_record(repo, "middle@y", 7.0)
+    new = carry.estimate(repo, "middle@z", None, machine.cpu_model())
+    assert new.minutes == 7.0 and new.source == "the longest of 2 recorded cell(s) of middle, middle@y"
+    assert carry.estimate(repo, "middle@x", None, machine.cpu_model()).minutes == 3.0  # its own record first
+    for name in ("middle@x", "middle@y", "last"):
+        carry.record_path(repo, name).unlink()
+    (repo / "in.txt").write_text("again\n")
+    assert carry.main(["--budget", "100"]) == 3  # middle@x has no estimate yet: without --allow-unestimated, stop
+    assert "stopping before middle@x: it has no estimate" in capsys.readouterr().out
+    assert carry.main(["--budget", "100", "--allow-unestimated"]) == 0
+    out = capsys.readouterr().out
+    assert "middle@x: no estimate" in out  # nothing of its stage recorded yet
+    assert re.search(r"middle@y: estimate ~[\d.]+ min \(the longest of 1 recorded cell\(s\) of middle, middle@x\)", out)
 
 
 def test_a_budget_of_no_minutes_is_bad_input(capsys):

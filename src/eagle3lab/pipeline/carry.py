@@ -6,7 +6,7 @@ changed or that never ran, each started only when its estimate fits the minutes 
 is to run (`dvc repro --allow-missing`'s plan and its test of each cell, every cell downstream of a changed one
 included); each cell runs as its own `dvc repro --single-item NAME`, so dvc.lock holds every finished cell even if the
 sitting is killed; and each cell run leaves a record (metrics/cells/NAME.json: its minutes, commit and machine) that
-estimates its next run.
+estimates its next run, and its grid siblings' first.
 
 Exit 0: everything planned finished (or nothing was to run); 1: a cell failed (named); 2: bad input; 3: the budget,
 or a cell without an estimate, left cells undone.
@@ -147,22 +147,39 @@ def _recorded_on(cpu: str, here: str) -> str:
 
 
 def estimate(root: Path, name: str, reference: ReferenceRun | None, here: str) -> Estimate:
-    """A cell's expected minutes: its own last record, else the reference run's line for it, else none; the source
-    names the CPU it was measured on when that is not this machine's (`here`)."""
+    """A cell's expected minutes: its own last record; else, for a grid's cell (`stage@item`), the longest recorded
+    cell of its stage (the grid's cells run in the plan's order, smallest first, so a later one may run longer); else
+    the reference run's line for it; else none. The source names the CPU it was measured on when that is not this
+    machine's (`here`)."""
     path = record_path(root, name)
     if path.exists():
         record = read_record(path)
         ended, cpu = record["ended"], record["machine"]["cpu"]
         return Estimate(record["minutes"], f"its last run, {ended[:10]}{_recorded_on(cpu, here)}")
+    stage, grid, _ = name.partition("@")
+    siblings = [read_record(p) for p in record_path(root, stage + "@").parent.glob(f"{quote(stage, safe='@')}@*.json")]
+    if grid and siblings:
+        longest = max(siblings, key=lambda record: record["minutes"])
+        cpu = longest["machine"]["cpu"]
+        return Estimate(
+            longest["minutes"],
+            f"the longest of {len(siblings)} recorded cell(s) of {stage}, {longest['cell']}{_recorded_on(cpu, here)}",
+        )
     if reference and name in reference.minutes:
         source = f"{repro_log.LOG}, {reference.began[:10]} at {reference.commit}"
         return Estimate(reference.minutes[name], source + _recorded_on(reference.cpu, here))
     return Estimate(None, f"no record in {CELLS}/ nor a line in {repro_log.LOG}")
 
 
-def plan(root: Path) -> list[Cell]:
+def estimator(root: Path):
+    """name -> its Estimate now, from the records on disk (they grow as a sitting's cells finish)."""
     here, reference = machine.cpu_model(), reference_run(root / repro_log.LOG)
-    return [Cell(name, estimate(root, name, reference, here)) for name in planned_cells(root)]
+    return lambda name: estimate(root, name, reference, here)
+
+
+def plan(root: Path) -> list[Cell]:
+    estimated = estimator(root)
+    return [Cell(name, estimated(name)) for name in planned_cells(root)]
 
 
 def refusal(cell: Cell, left: float | None, allow_unestimated: bool) -> str | None:
@@ -220,13 +237,15 @@ def carry(root: Path, cells: list[Cell], budget: float | None, allow_unestimated
     """Run the cells in order while each fits the budget left (minutes since `began`, a monotonic time); each one
     DVC ran leaves its record. Returns the exit code."""
     checkout = machine.commit(root)  # before any cell rewrites dvc.lock
-    for i, cell in enumerate(cells, 1):
+    estimated = estimator(root)
+    for i, planned in enumerate(cells, 1):
+        cell = Cell(planned.name, estimated(planned.name))  # a cell of its stage that just ran may estimate it now
         left = None if budget is None else budget - (time.monotonic() - began) / 60
         reason = refusal(cell, left, allow_unestimated)
         if reason:
             print(f"carry: stopping before {cell.name}: {reason}")
             print("left undone, in plan order (each may need the ones before it):")
-            print("\n".join(f"  {later.name}: {later.estimate}" for later in cells[i - 1 :]))
+            print("\n".join(f"  {later.name}: {estimated(later.name)}" for later in cells[i - 1 :]))
             return EXIT_CELLS_LEFT
         if cell.estimate.minutes is None:
             eta, allowed = "?", "" if left is None else ", started without one (--allow-unestimated)"
