@@ -285,3 +285,11 @@ def test_where_it_ran_lists_each_cell_s_machine_and_says_when_a_run_mixes_them(t
         "| train@b | 12.50 | Xeon A | yes | bfloat16 | 2 | abc1234 | 2026-12-07 02:00 |",
     ]
     assert "mixes 2 CPU kind(s) and the dtypes bfloat16, float32" in two
+    # minutes per stage and CPU kind: what the cells cost on each machine, and a cell too long for a sitting
+    write_json(tmp_path / "cells" / "train@c.json", _cell("train@c", "EPYC B", "float32", "2026-12-07T03:00:00Z"))
+    record = json.loads((tmp_path / "cells" / "train@c.json").read_text()) | {"minutes": 50.0}
+    write_json(tmp_path / "cells" / "train@c.json", record)
+    three = report_machines.section(tmp_path)
+    assert "| train | EPYC B | float32 | 2 | 62.50 | train@c (50) |" in three
+    assert "| train | Xeon A | bfloat16 | 1 | 12.50 | train@b (12.5) |" in three
+    assert "Longer than 45 minutes, too long for a sitting: train@c." in three

@@ -13,6 +13,23 @@ from eagle3lab.pipeline.carry import CELLS, cell_records, reference_run
 from eagle3lab.pipeline.report_tables import table
 
 HEADER = ["cell", "minutes", "CPU", "native bf16", "dtype", "threads", "commit", "ended (UTC)"]
+STAGE_HEADER = ["stage", "CPU", "dtype", "cells", "minutes in all", "longest cell"]
+LONGEST_CELL = 45  # minutes: a cell longer than this on any machine is too long for a sitting that holds several
+
+
+def stage_minutes(records: list[dict]) -> list[list]:
+    """Per stage of the grid (a cell `stage@item`; a whole stage is its own) and CPU kind: the cells run, their
+    minutes in all and the longest: what a full run of the cells recorded costs on each kind of machine."""
+    groups: dict[tuple, list[dict]] = {}
+    for record in records:
+        where = record["machine"]
+        groups.setdefault((record["cell"].partition("@")[0], where["cpu"], where["auto_dtype"]), []).append(record)
+    rows = []
+    for (stage, cpu, dtype), cells in groups.items():
+        longest = max(cells, key=lambda record: record["minutes"])
+        total = round(sum(record["minutes"] for record in cells), 1)
+        rows.append([stage, cpu, dtype, len(cells), total, f"{longest['cell']} ({longest['minutes']:g})"])
+    return rows
 
 
 def _cell_row(record: dict) -> list:
@@ -50,6 +67,10 @@ def section(metrics: Path) -> str:
     cpus = {row[2] for row in rows} | ({reference.cpu} if reference else set())
     dtypes = {row[4] for row in rows}
     lines += ["", f"Cells carried forward since ({len(rows)}, `{CELLS}/`):", "", table(HEADER, rows).rstrip("\n")]
+    lines += ["", "Their minutes by stage and CPU kind:", "", table(STAGE_HEADER, stage_minutes(records)).rstrip("\n")]
+    too_long = [r["cell"] for r in records if r["minutes"] > LONGEST_CELL]
+    if too_long:
+        lines.append(f"Longer than {LONGEST_CELL} minutes, too long for a sitting: {', '.join(too_long)}.")
     if len(cpus) > 1 or len(dtypes) > 1:
         lines.append(
             f"This run mixes {len(cpus)} CPU kind(s) and the dtypes {', '.join(sorted(dtypes))}: compare cells of one "
