@@ -56,7 +56,8 @@ def smoke_root(folder, accept_length):
     (folder / "artifacts").mkdir(parents=True)
     (folder / "metrics").mkdir()
     (folder / "notebooks").symlink_to(paths.ROOT / "notebooks")
-    (folder / "metrics" / "train.json").write_text(json.dumps({"accept_length": accept_length, "seconds": 3.0}))
+    # the one locked stage's output (DVC_YAML's survey)
+    (folder / "metrics" / "survey.json").write_text(json.dumps({"accept_length": accept_length, "seconds": 3.0}))
     return folder
 
 
@@ -115,10 +116,10 @@ def test_a_new_dependency_that_is_not_code_needs_a_run(repo, tmp_path, capsys):
     assert "new dependencies ['artifacts/mixture'] need a run" in capsys.readouterr().err
 
 
-def test_a_new_cell_is_left_to_run_and_its_outputs_in_after_are_no_difference(repo, tmp_path, capsys):
-    """A grid stage added since the lock: relock records the locked stages' code, names the cells that need a run,
-    and the outputs only those cells wrote in AFTER (resolved from AFTER's own params) do not refuse it; any other
-    output only AFTER holds still does."""
+def test_a_new_cell_is_left_to_run_and_only_the_locked_stages_outputs_are_compared(repo, tmp_path, capsys):
+    """A grid stage added since the lock: relock records the locked stages' code and names the cells that need a
+    run; what the new cells wrote (declared or not, and in either root) proves nothing about the locked stages, while
+    an output of a locked stage that only AFTER holds still refuses."""
     grid = DVC_YAML + (
         "  answers:\n    foreach: ${answers}\n    do:\n      cmd: python -m eagle3lab.pipeline.answers ${key}\n"
         "      outs:\n        - metrics/answers/${key}.json\n"
@@ -126,15 +127,15 @@ def test_a_new_cell_is_left_to_run_and_its_outputs_in_after_are_no_difference(re
     (repo / "dvc.yaml").write_text(grid)
     (repo / "params.yaml").write_text("common:\n  seed: 0\nanswers:\n  train-000: {}\n  train-001: {}\n")
     before, after = smoke_root(tmp_path / "before", 1.41), smoke_root(tmp_path / "after", 1.41)
-    (after / "dvc.yaml").write_text(grid)
-    (after / "params.yaml").write_text("common:\n  seed: 0\nanswers:\n  tiny-000: {}\n")  # the smoke plan's one cell
-    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=after, check=True)
-    (after / "metrics" / "answers").mkdir()
-    (after / "metrics" / "answers" / "tiny-000.json").write_text("{}")
+    for root, prompts in ((before, 3), (after, 8)):  # the smoke plan's cells changed between the two roots
+        (root / "metrics" / "answers").mkdir()
+        (root / "metrics" / "answers" / "tiny-000.json").write_text(json.dumps({"prompts": prompts}))
+    (after / "artifacts" / "grid").mkdir()
+    (after / "artifacts" / "grid" / "cache.jsonl").write_text("{}\n")  # a new cell's undeclared working file
     assert relock.main([str(before), str(after)]) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
     assert "2 cell(s) never ran and need a run (make carry): answers@train-000, answers@train-001" in out
     assert "answers@" not in (repo / "dvc.lock").read_text()
-    (after / "metrics" / "stray.json").write_text("{}")  # no new cell's output
+    (after / "metrics" / "survey.json").unlink()  # a locked stage's output that only one root holds
     assert relock.main([str(before), str(after)]) == 1
-    assert "metrics/stray.json: only in B" in capsys.readouterr().out
+    assert "metrics/survey.json: only in A" in capsys.readouterr().out

@@ -1,8 +1,9 @@
 """`python -m eagle3lab.pipeline.relock BEFORE AFTER`: record the current code in dvc.lock without a rerun, once the
 smoke comparison proves the change output-neutral: BEFORE is a smoke root made at the locked code, AFTER one made at
 the current code, on the same machine (`python -m eagle3lab.pipeline.smoke --root DIR` at each commit). Any output
-difference refuses, naming it: the stages whose outputs differ need a rerun instead. Cells that never ran (new in
-dvc.yaml, absent from dvc.lock) are left to run: their outputs, which only AFTER holds, are no difference.
+difference refuses, naming it: the stages whose outputs differ need a rerun instead. Only the outputs of the stages
+dvc.lock holds are compared: cells that never ran (new in dvc.yaml) are left to run, and what they write proves
+nothing about the locked ones.
 
 Only what the repository commits and no stage writes is rewritten: the code a stage runs (its notebook and its `src/`
 dependencies, dvc.yaml's list) and the committed drafts folder, each hashed by DVC itself; data, params and other
@@ -66,16 +67,12 @@ def relocked(root: Path) -> tuple[dict, list[str], list[str]]:
     return lock, sorted(set(changed)), never_ran
 
 
-def new_cell_outputs(smoke_root: Path, locked: set[str]) -> set[str]:
-    """The outputs a smoke root's cells that dvc.lock does not name wrote (resolved from its own params, as the smoke
-    ran them): outputs no locked stage makes, so they cannot show that a locked stage's outputs changed."""
-    if not (smoke_root / ".dvc").is_dir():  # a smoke root made before smoke roots were DVC projects: no grid cells
-        return set()
-    with Repo(str(smoke_root)) as repo:
-        cells = [
-            s for s in repo.index.stages if isinstance(s, PipelineStage) and s.name.partition("@")[0] not in locked
-        ]
-        return {out.def_path for cell in cells for out in cell.outs}
+def locked_outputs(root: Path) -> set[str]:
+    """The outputs dvc.yaml declares for the stages dvc.lock holds: what a relock vouches for."""
+    locked = lock_yaml().load((root / "dvc.lock").read_text())["stages"]
+    with Repo(str(root)) as repo:
+        stages = [s for s in repo.index.stages if isinstance(s, PipelineStage) and s.name in locked]
+        return {out.def_path for stage in stages for out in stage.outs}
 
 
 @command("python -m eagle3lab.pipeline.relock")
@@ -84,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("before", type=Path, help="smoke root made at the code dvc.lock records")
     parser.add_argument("after", type=Path, help="smoke root made at the current code, on the same machine")
     args = parser.parse_args(argv)
-    locked = {name.partition("@")[0] for name in lock_yaml().load((paths.ROOT / "dvc.lock").read_text())["stages"]}
-    differences, compared = compare(args.before, args.after, new_in_b=new_cell_outputs(args.after, locked))
+    differences, compared = compare(args.before, args.after, within=locked_outputs(paths.ROOT))
     if differences:
         print("\n".join(differences))
         print(f"relock refused: {len(differences)} of {compared} outputs differ; rerun the stages that make them")

@@ -225,12 +225,14 @@ def difference(rel: str, a: Path, b: Path, norm_a, norm_b) -> str | None:
     return lines_difference(text_a.splitlines(), text_b.splitlines(), "line")
 
 
-def compare(a: Path, b: Path, new_in_b: set[str] = frozenset()) -> tuple[list[str], int]:
-    """One line per output that differs, and how many outputs were compared; an output in `new_in_b` (made by a cell
-    B's code adds) is no difference when only B holds it."""
+def compare(a: Path, b: Path, within: set[str] | None = None) -> tuple[list[str], int]:
+    """One line per output that differs, and how many outputs were compared: all of them, or only those that are or
+    lie under one of the paths `within` (the outputs of the stages a relock would keep)."""
     norm_a, norm_b = normaliser(a), normaliser(b)
     in_a, in_b = outputs(a), outputs(b)
-    in_b -= {rel for rel in in_b - in_a if rel in new_in_b}
+    if within is not None:
+        inside = tuple(f"{path.rstrip('/')}/" for path in within)
+        in_a, in_b = ({rel for rel in found if rel in within or rel.startswith(inside)} for found in (in_a, in_b))
     lines = []
     for rel in sorted(in_a | in_b):
         if rel not in in_b or rel not in in_a:
