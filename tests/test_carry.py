@@ -254,3 +254,20 @@ def test_a_record_missing_a_field_its_readers_use_is_named(repo):
     path.write_text(json.dumps(record))
     with pytest.raises(carry.InputError, match=r"first\.json: machine: missing field 'auto_dtype'"):
         carry.cell_records(repo / carry.CELLS)
+
+
+def test_a_checkout_is_uncommitted_when_code_changed_not_when_the_pipeline_wrote_its_lock_and_records(tmp_path):
+    """A sitting's cells rewrite dvc.lock and add records and answers as they finish: the cells after them still ran
+    the committed code. An edited tracked file elsewhere is an uncommitted change."""
+    root = tmp_path / "repo"
+    for path in ("dvc.lock", "metrics/cells/a.json", "answers/train-000.jsonl", "src/code.py"):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text("1\n")
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root, "commit", "-q", "-m", "toy")
+    for path in ("dvc.lock", "metrics/cells/a.json", "answers/train-000.jsonl"):
+        (root / path).write_text("2\n")
+    assert machine.commit(root).uncommitted is False
+    (root / "src" / "code.py").write_text("2\n")
+    assert machine.commit(root).uncommitted is True and str(machine.commit(root)).endswith("(uncommitted changes)")

@@ -35,12 +35,21 @@ class Commit:
         return self.head + (" (uncommitted changes)" if self.uncommitted else "")
 
 
+# What the pipeline itself writes into tracked files as a sitting goes on: dvc.lock and the committed records and
+# answers of the cells before. A change there says nothing of the code a cell ran.
+PIPELINE_WRITES = ("dvc.lock", "metrics", "answers")
+
+
 def commit(root: Path) -> Commit:
-    """The checkout's HEAD and whether its tracked files differ from it (untracked files do not count)."""
+    """The checkout's HEAD and whether its tracked files differ from it, other than what the pipeline writes
+    (PIPELINE_WRITES; untracked files do not count either)."""
+    excluded = [f":(exclude){path}" for path in PIPELINE_WRITES]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         status = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".", *excluded],
+            capture_output=True,
+            text=True,
         )
     except OSError:  # no git on this machine
         return Commit("unknown", None)
