@@ -277,6 +277,10 @@ def test_where_it_ran_lists_each_cell_s_machine_and_says_when_a_run_mixes_them(t
     write_json(tmp_path / "cells" / "train@b.json", _cell("train@b", "Xeon A", "bfloat16", "2026-12-07T02:00:00Z"))
     one = report_machines.section(tmp_path)
     assert "at d73a438 on Xeon A; minutes per stage: dataset_survey 1.1" in one and "mixes" not in one
+    # cells of one machine other than the reference run's: said, with the reference run's CPU
+    write_json(tmp_path / "cells" / "train@b.json", _cell("train@b", "EPYC B", "float32", "2026-12-07T02:00:00Z"))
+    assert "the cells ran on EPYC B in float32; the reference run on Xeon A." in report_machines.section(tmp_path)
+    write_json(tmp_path / "cells" / "train@b.json", _cell("train@b", "Xeon A", "bfloat16", "2026-12-07T02:00:00Z"))
     write_json(tmp_path / "cells" / "train@a.json", _cell("train@a", "EPYC B", "float32", "2026-12-07T01:00:00Z"))
     two = report_machines.section(tmp_path)
     rows = [line for line in two.splitlines() if line.startswith("| train@")]
@@ -284,7 +288,7 @@ def test_where_it_ran_lists_each_cell_s_machine_and_says_when_a_run_mixes_them(t
         "| train@a | 12.50 | EPYC B | no | float32 | 2 | abc1234 | 2026-12-07 01:00 |",  # in the order they ended
         "| train@b | 12.50 | Xeon A | yes | bfloat16 | 2 | abc1234 | 2026-12-07 02:00 |",
     ]
-    assert "mixes 2 CPU kind(s) and the dtypes bfloat16, float32" in two
+    assert "mixes machines: the cells ran on EPYC B, Xeon A in bfloat16, float32. Compare cells of one" in two
     # minutes per stage and CPU kind: what the cells cost on each machine, and a cell too long for a sitting
     write_json(tmp_path / "cells" / "train@c.json", _cell("train@c", "EPYC B", "float32", "2026-12-07T03:00:00Z"))
     record = json.loads((tmp_path / "cells" / "train@c.json").read_text()) | {"minutes": 50.0}

@@ -70,10 +70,13 @@ def section(metrics: Path) -> str:
     lines += ["", "Their minutes by stage and CPU kind:", "", table(STAGE_HEADER, stage_minutes(records)).rstrip("\n")]
     too_long = [r["cell"] for r in records if r["minutes"] > LONGEST_CELL]
     if too_long:
-        lines.append(f"Longer than {LONGEST_CELL} minutes, too long for a sitting: {', '.join(too_long)}.")
+        lines += ["", f"Longer than {LONGEST_CELL} minutes, too long for a sitting: {', '.join(too_long)}."]
     if len(cpus) > 1 or len(dtypes) > 1:
-        lines.append(
-            f"This run mixes {len(cpus)} CPU kind(s) and the dtypes {', '.join(sorted(dtypes))}: compare cells of one "
-            "dtype, or say that a comparison mixes them."
-        )
+        kinds = sorted({row[2] for row in rows})
+        elsewhere = f"; the reference run on {reference.cpu}" if reference and reference.cpu not in kinds else ""
+        lines += [
+            "",
+            f"This run mixes machines: the cells ran on {', '.join(kinds)} in {', '.join(sorted(dtypes))}{elsewhere}. "
+            "Compare cells of one CPU kind and dtype, or say that a comparison mixes them.",
+        ]
     return "\n".join(lines) + "\n"
