@@ -136,6 +136,19 @@ def test_a_new_cell_is_left_to_run_and_only_the_locked_stages_outputs_are_compar
     out = capsys.readouterr().out
     assert "2 cell(s) never ran and need a run (make carry): answers@train-000, answers@train-001" in out
     assert "answers@" not in (repo / "dvc.lock").read_text()
+    # once a cell of the grid stage is locked, every smoke cell of that stage is compared, whatever its name
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=after, check=True)
+    (after / "dvc.yaml").write_text(grid)
+    (after / "params.yaml").write_text("common:\n  seed: 0\nanswers:\n  tiny-000: {}\n")  # the smoke plan's cell
+    lock = (repo / "dvc.lock").read_text()
+    (repo / "dvc.lock").write_text(
+        lock + "  answers@train-000:\n    cmd: python -m eagle3lab.pipeline.answers train-000\n    outs:\n"
+        "    - path: metrics/answers/train-000.json\n      hash: md5\n      md5: 99914b932bd37a50b983c5e7c90ae93b\n"
+        "      size: 2\n"
+    )
+    assert relock.main([str(before), str(after)]) == 1
+    assert "metrics/answers/tiny-000.json: prompts: 3 != 8" in capsys.readouterr().out
+    (repo / "dvc.lock").write_text(lock)
     (after / "metrics" / "survey.json").unlink()  # a locked stage's output that only one root holds
     assert relock.main([str(before), str(after)]) == 1
     assert "metrics/survey.json: only in A" in capsys.readouterr().out

@@ -2,8 +2,8 @@
 smoke comparison proves the change output-neutral: BEFORE is a smoke root made at the locked code, AFTER one made at
 the current code, on the same machine (`python -m eagle3lab.pipeline.smoke --root DIR` at each commit). Any output
 difference refuses, naming it: the stages whose outputs differ need a rerun instead. Only the outputs of the stages
-dvc.lock holds are compared: cells that never ran (new in dvc.yaml) are left to run, and what they write proves
-nothing about the locked ones.
+dvc.lock holds are compared (every smoke cell of a grid stage with a locked cell): cells that never ran (new in
+dvc.yaml) are left to run, and what they write proves nothing about the locked ones.
 
 Only what the repository commits and no stage writes is rewritten: the code a stage runs (its notebook and its `src/`
 dependencies, dvc.yaml's list) and the committed drafts folder, each hashed by DVC itself; data, params and other
@@ -67,12 +67,22 @@ def relocked(root: Path) -> tuple[dict, list[str], list[str]]:
     return lock, sorted(set(changed)), never_ran
 
 
-def locked_outputs(root: Path) -> set[str]:
-    """The outputs dvc.yaml declares for the stages dvc.lock holds: what a relock vouches for."""
-    locked = lock_yaml().load((root / "dvc.lock").read_text())["stages"]
+def _outputs(root: Path, chosen) -> set[str]:
     with Repo(str(root)) as repo:
-        stages = [s for s in repo.index.stages if isinstance(s, PipelineStage) and s.name in locked]
+        stages = [s for s in repo.index.stages if isinstance(s, PipelineStage) and chosen(s.name)]
         return {out.def_path for stage in stages for out in stage.outs}
+
+
+def locked_outputs(root: Path, smoke_root: Path) -> set[str]:
+    """What a relock vouches for: the outputs of the stages dvc.lock holds, and, where a grid stage has a locked cell,
+    the outputs of that stage's cells in the smoke root (its cells are named by the smoke parameters, so a locked
+    cell's own name may not be among them)."""
+    locked = set(lock_yaml().load((root / "dvc.lock").read_text())["stages"])
+    grids = {name.partition("@")[0] for name in locked if "@" in name}
+    mine = _outputs(root, lambda name: name in locked)
+    if not (smoke_root / ".dvc").is_dir():  # a smoke root made before smoke roots were DVC projects: no grid cells
+        return mine
+    return mine | _outputs(smoke_root, lambda name: "@" in name and name.partition("@")[0] in grids)
 
 
 @command("python -m eagle3lab.pipeline.relock")
@@ -81,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("before", type=Path, help="smoke root made at the code dvc.lock records")
     parser.add_argument("after", type=Path, help="smoke root made at the current code, on the same machine")
     args = parser.parse_args(argv)
-    differences, compared = compare(args.before, args.after, within=locked_outputs(paths.ROOT))
+    differences, compared = compare(args.before, args.after, within=locked_outputs(paths.ROOT, args.after))
     if differences:
         print("\n".join(differences))
         print(f"relock refused: {len(differences)} of {compared} outputs differ; rerun the stages that make them")
