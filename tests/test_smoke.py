@@ -42,7 +42,7 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     cells = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())["answers"]["cells"]
     records = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics" / "answers").glob("*.json")}
     assert set(records) == set(cells)
-    assert [records["train-000"]["prompts"], records["train-001"]["start"]] == [3, 3]
+    assert [records["train-000"]["prompts"], records["train-001"]["start"]] == [8, 8]  # chunk_size 8
     assert records["sampled-000"]["settings"]["temperature"] == 0.7 and records["val"]["settings"]["temperature"] == 0
     for name, record in records.items():
         answered = (tmp_path / "answers" / f"{name}.jsonl").read_text().splitlines()
