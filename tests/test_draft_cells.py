@@ -28,20 +28,28 @@ def write_params(root, **section):
     (root / "params.yaml").write_text(yaml.safe_dump(params))
 
 
-def test_params_yaml_names_every_draft_of_the_plan_once():
+def test_params_yaml_names_every_draft_of_the_grid_plan_once():
     cells = REFERENCE["drafts"]["cells"]
-    t = REFERENCE["train_draft"]
-    base = [f"scale-{n:05d}" for n in t["scales"]]
-    base += [f"original-{n:05d}" for n in t["original_scales"]] + [f"sampled-{t['sampled_scale']:05d}"]
-    base += [f"dflash-{t['dflash_scale']:05d}"]
+    t = REFERENCE["train_draft"] | REFERENCE["drafts"]["plan"]
+    base = [f"scale-{n:05d}" for n in t["scales"]] + [f"original-{n:05d}" for n in t["original_scales"]]
+    base += [f"{kind}-{t[key]:05d}" for kind, key in (("sampled", "sampled_scale"), ("dflash", "dflash_scale")) if t[key]]
     planned = base + [f"{name}-seed{k}" for k in range(1, t["seeds"]) for name in base]
     assert len(cells) == len(set(cells)) and sorted(cells) == sorted(planned)
+
+
+def test_the_grid_plan_changes_train_drafts_keys_for_the_cells_only(root):
+    write_params(root, plan={"seeds": 5, "epochs": 9})
+    cell = drafts.cell_of("scale-00022")
+    assert cell.training == REFERENCE["train_draft"] | {"seeds": 5, "epochs": 9}
+    write_params(root, plan={"epoch": 9})
+    with pytest.raises(InputError, match=r"params.yaml: section 'drafts': `plan`: \['epoch'\] are no keys of section"):
+        drafts.cell_of("scale-00022")
 
 
 def test_a_cell_reads_its_sections_and_the_evaluation_keys(root):
     write_params(root)
     cell = drafts.cell_of("scale-00022")
-    assert cell.training == REFERENCE["train_draft"] and cell.common == REFERENCE["common"]
+    assert cell.training == REFERENCE["train_draft"] | REFERENCE["drafts"]["plan"] and cell.common == REFERENCE["common"]
     assert cell.evaluation == {key: REFERENCE["benchmark"][key] for key in drafts.EVALUATION}
     assert cell.answers["val_answers"] == "val" and cell.record == root / "metrics" / "drafts" / "scale-00022.json"
 
@@ -49,9 +57,10 @@ def test_a_cell_reads_its_sections_and_the_evaluation_keys(root):
 @pytest.mark.parametrize(
     "section, says",
     [
-        ({}, r"no cell 'nope' \(cells: scale-00022, scale-00055"),
+        ({}, r"no cell 'nope' \(cells: scale-00022, scale-00022-seed1"),
         ({"cells": {"nope": {}}}, r"expected the answers cells it trains on and a list `cells` of draft names"),
         ({"cells": ["nope"], "val_answers": None}, r"`train_answers` \(a list of answers cells\) and `val_answers`"),
+        ({"cells": ["nope"], "plan": ["seeds"]}, r"`plan`: expected a mapping of train_draft's keys"),
     ],
 )
 def test_a_bad_cell_is_named_with_its_file_and_section(root, section, says):
@@ -86,5 +95,5 @@ def test_a_name_the_plan_does_not_hold_lists_the_plans_drafts(root):
     write_jsonl(root / "answers" / "val.jsonl", rows[:1])
     cell = drafts.cell_of("scale-00023")
     cell.training = cell.training | {"scales": [2], "original_scales": [], "sampled_scale": None, "dflash_scale": None}
-    with pytest.raises(InputError, match=r"cell 'scale-00023' is no draft of train_draft's plan \(scale-00002, scale"):
+    with pytest.raises(InputError, match=r"cell 'scale-00023' is no draft of the grid's plan \(scale-00002, scale"):
         cell.run(cell.data())

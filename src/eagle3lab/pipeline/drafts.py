@@ -2,7 +2,8 @@
 name of params.yaml's `drafts.cells`): notebooks/cells/draft.ipynb through papermill for that draft, executed into
 reports/drafts/NAME.ipynb.
 
-A cell trains one draft of stage 03's plan (params.yaml's `train_draft`: its kind, scale, seed and recipe) on the
+A cell trains one draft of the grid's plan, which is stage 03's (params.yaml's `train_draft`: its kinds, scales, seeds
+and recipe) with the keys `drafts.plan` changes (the grid's own science: drafts to their plateau, more seeds), on the
 grid's committed answers (`drafts.train_answers`, `val_answers`, `sampled_answers`: cells of `answers`), to its stop
 rule, resuming after a kill; scores its exact offline acceptance on the evaluation set at the sweep's depth
 (`benchmark`'s eval keys); and writes a small committed record, metrics/drafts/NAME.json: its place in the plan, why
@@ -57,7 +58,7 @@ class DraftCell:
 
     name: str
     common: dict
-    training: dict  # params.yaml's train_draft section
+    training: dict  # params.yaml's train_draft section with drafts.plan's keys changed
     evaluation: dict  # benchmark's EVALUATION keys
     answers: dict  # drafts' train_answers, val_answers, sampled_answers
     minutes: dict = field(default_factory=dict)  # train, score: as they ran in this process
@@ -82,7 +83,7 @@ class DraftCell:
         return files
 
     def run(self, data: dict[str, str]):
-        """The plan's draft of this name, planned on the committed answers as stage 03 plans (train.plan)."""
+        """The grid plan's draft of this name, planned on the committed answers as stage 03 plans (train.plan)."""
         from eagle3lab.train.answer_tokens import AnswerTokens
         from eagle3lab.train.plan import plan_runs
         from eagle3lab.train.scales import in_input_order
@@ -109,7 +110,7 @@ class DraftCell:
             why = next((line for line in skipped if line.startswith(f"{self.name}:")), None)
             raise InputError(
                 f"{paths.PARAMS}: section '{SECTION}': cell '{self.name}' "
-                + (f"cannot be trained: {why}" if why else f"is no draft of train_draft's plan ({_names(runs)})")
+                + (f"cannot be trained: {why}" if why else f"is no draft of the grid's plan ({_names(runs)})")
             )
         return found
 
@@ -216,7 +217,19 @@ def cell_of(name: str, params_file: Path | None = None) -> DraftCell:
     if missing:
         raise InputError(f"{params_file}: section 'benchmark': missing {missing}, which the draft cells read")
     evaluation = {key: benchmark[key] for key in EVALUATION}
-    return DraftCell(name, params.get(SHARED_SECTION) or {}, params.get("train_draft") or {}, evaluation, answers)
+    return DraftCell(name, params.get(SHARED_SECTION) or {}, _grid_plan(params, where), evaluation, answers)
+
+
+def _grid_plan(params: dict, where: str) -> dict:
+    """train_draft's keys as the grid trains: `drafts.plan` changes some of them (e.g. the step ceiling, the seeds)
+    for the cells only, so stage 03, the reference run, keeps its own."""
+    stage_plan, changed = params.get("train_draft") or {}, params[SECTION].get("plan") or {}
+    if not isinstance(changed, dict):
+        raise InputError(f"{where}: `plan`: expected a mapping of train_draft's keys to the grid's values")
+    unknown = sorted(set(changed) - set(stage_plan))
+    if unknown:
+        raise InputError(f"{where}: `plan`: {unknown} are no keys of section 'train_draft'")
+    return stage_plan | changed
 
 
 @command("python -m eagle3lab.pipeline.drafts")
