@@ -3,6 +3,7 @@ errors that name the params file, the section and the cell before any kernel sta
 record) runs in the smoke pipeline (tests/test_smoke.py)."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -32,7 +33,9 @@ def test_params_yaml_names_every_draft_of_the_grid_plan_once():
     cells = REFERENCE["drafts"]["cells"]
     t = REFERENCE["train_draft"] | REFERENCE["drafts"]["plan"]
     base = [f"scale-{n:05d}" for n in t["scales"]] + [f"original-{n:05d}" for n in t["original_scales"]]
-    base += [f"{kind}-{t[key]:05d}" for kind, key in (("sampled", "sampled_scale"), ("dflash", "dflash_scale")) if t[key]]
+    base += [
+        f"{kind}-{t[key]:05d}" for kind, key in (("sampled", "sampled_scale"), ("dflash", "dflash_scale")) if t[key]
+    ]
     planned = base + [f"{name}-seed{k}" for k in range(1, t["seeds"]) for name in base]
     assert len(cells) == len(set(cells)) and sorted(cells) == sorted(planned)
 
@@ -49,7 +52,9 @@ def test_the_grid_plan_changes_train_drafts_keys_for_the_cells_only(root):
 def test_a_cell_reads_its_sections_and_the_evaluation_keys(root):
     write_params(root)
     cell = drafts.cell_of("scale-00022")
-    assert cell.training == REFERENCE["train_draft"] | REFERENCE["drafts"]["plan"] and cell.common == REFERENCE["common"]
+    assert (
+        cell.training == REFERENCE["train_draft"] | REFERENCE["drafts"]["plan"] and cell.common == REFERENCE["common"]
+    )
     assert cell.evaluation == {key: REFERENCE["benchmark"][key] for key in drafts.EVALUATION}
     assert cell.answers["val_answers"] == "val" and cell.record == root / "metrics" / "drafts" / "scale-00022.json"
 
@@ -97,3 +102,21 @@ def test_a_name_the_plan_does_not_hold_lists_the_plans_drafts(root):
     cell.training = cell.training | {"scales": [2], "original_scales": [], "sampled_scale": None, "dflash_scale": None}
     with pytest.raises(InputError, match=r"cell 'scale-00023' is no draft of the grid's plan \(scale-00002, scale"):
         cell.run(cell.data())
+
+
+def test_a_cell_resumes_its_own_run_and_starts_over_on_another_runs_folder(root, capsys):
+    write_params(root)
+    cell, run = drafts.cell_of("scale-00022"), SimpleNamespace(name="scale-00022")
+    write_jsonl(root / "answers" / "val.jsonl", [{"id": "v"}])
+    folder = cell.artifacts / "train" / "scale-00022"
+    folder.mkdir(parents=True)
+    (folder / "checkpoint.pt").write_text("a run of before the fingerprint")
+    cell._resumable(run, [{"epochs": 20}], ["answers/val.jsonl"])
+    assert not folder.exists() and "trained on other inputs than this cell's: starting over" in capsys.readouterr().out
+    folder.mkdir()
+    (folder / "checkpoint.pt").write_text("this cell's killed run")
+    cell._resumable(run, [{"epochs": 20}], ["answers/val.jsonl"])
+    assert (folder / "checkpoint.pt").exists()  # the same inputs: it resumes
+    write_jsonl(root / "answers" / "val.jsonl", [{"id": "w"}])
+    cell._resumable(run, [{"epochs": 20}], ["answers/val.jsonl"])
+    assert not folder.exists()  # the same settings on other bytes: starts over

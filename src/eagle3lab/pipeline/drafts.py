@@ -16,6 +16,9 @@ what it needs and never invalidates a cell by lacking them.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -126,10 +129,27 @@ class DraftCell:
             "live_dir": str(self.artifacts / "live") if t["live_dir"] else None,
         }
         own = {"dflash": {"block_size": t["dflash_block_size"]}}
+        self._resumable(run, [settings, own, vars(run)], [data["val"], run.data])
         started = time.monotonic()
         result = train_runs([run], settings, paths.ROOT, self.artifacts, data["val"], drafter_settings=own)[self.name]
         self.minutes["train"] = round((time.monotonic() - started) / 60, 2)
         return result
+
+    def _resumable(self, run, inputs: list, files: list[str]) -> None:
+        """A cell resumes its own killed run, never a run of other inputs (the loop would refuse its checkpoint): the
+        run folder's fingerprint (its settings, its place in the plan, its data files' bytes) is written beside it, and
+        a folder of another fingerprint, or of none, is removed before training starts over."""
+        folder = self.artifacts / "train" / run.name
+        digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode())
+        for name in files:
+            with (paths.ROOT / name).open("rb") as f:
+                digest.update(hashlib.file_digest(f, "sha256").digest())
+        mark = folder.with_name(f"{run.name}.fingerprint")
+        if folder.exists() and (not mark.exists() or mark.read_text() != digest.hexdigest()):
+            print(f"{folder}: trained on other inputs than this cell's: starting over")
+            shutil.rmtree(folder)
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text(digest.hexdigest())
 
     def score(self) -> tuple[list[dict], list[dict], dict]:
         """Exact offline acceptance of the draft on the evaluation set at the sweep's depth: pooled rows per set, the
