@@ -17,7 +17,7 @@ def test_smoke_params_have_the_same_keys_as_the_reference_params():
 
 def test_dvc_stages_are_the_notebooks_and_the_grid_cells():
     notebooks = {p.stem.split("_", 1)[1] for p in paths.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
-    assert set(smoke.pipeline_stages()) == notebooks | {"answers", "drafts"}
+    assert set(smoke.pipeline_stages()) == notebooks | {"answers", "drafts", "forecast"}
 
 
 def test_the_smoke_root_resolves_the_grid_from_the_smoke_params_and_a_stage_names_its_cells(tmp_path):
@@ -37,7 +37,7 @@ def test_the_smoke_root_resolves_the_grid_from_the_smoke_params_and_a_stage_name
 def test_every_stage_runs_on_tiny_params(tmp_path):
     smoke.run(smoke.pipeline_cells(smoke.prepare_root(tmp_path)), tmp_path)
     metrics = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics").glob("*.json")}
-    assert set(metrics) == {"survey", "regen", "train", "benchmark", "tune", "scaling", "diagnosis"}
+    assert set(metrics) == {"survey", "regen", "train", "benchmark", "tune", "scaling", "diagnosis", "forecast"}
     # the grid's regeneration: each cell's slice answered, accounted for and recorded with where it ran
     cells = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())["answers"]["cells"]
     records = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics" / "answers").glob("*.json")}
@@ -60,7 +60,15 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
         assert (tmp_path / "reports" / "drafts" / f"{name}.ipynb").exists(), name
     # stage 04 tunes the final draft: a decision, and the tuned config benchmarked beside the fixed ones
     assert metrics["tune"]["decision"] and "tuned" in metrics["benchmark"]
-    for stage in (s for s in smoke.pipeline_stages() if s not in ("answers", "drafts")):  # the grid: its own
+    # the forecast reads the draft cells' records: the one EAGLE-3 scale, nothing below it to fit, so no form to test
+    assert (
+        metrics["forecast"]["sets"]["all"]["sizes"] == [8]
+        and not metrics["forecast"]["sets"]["all"]["backtest"]["forms"]
+    )
+    assert (tmp_path / "reports" / "forecast.ipynb").exists() and (
+        tmp_path / "figures" / "forecast_backtest.png"
+    ).exists()
+    for stage in (s for s in smoke.pipeline_stages() if s not in ("answers", "drafts", "forecast")):  # the grid's own
         assert list((tmp_path / "reports").glob(f"*_{stage}.ipynb")), f"no executed notebook for {stage}"
     # the wrong flag is caught by the doctor and, measured, contributes nothing
     diagnosis = metrics["diagnosis"]

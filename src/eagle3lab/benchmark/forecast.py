@@ -1,0 +1,250 @@
+"""The data bet's forecast, tested on scales it never saw: accept length against training conversations, read from the
+grid's draft records (metrics/drafts/NAME.json: every training seed of every scale, per prompt).
+
+A curve that fits the scales it was fitted on says little about the next one: the forms here are judged by how well
+they predict. Each is fitted on the scales below a held-out one and predicts it:
+- `log-line`: tau = p + q ln n, a constant gain per doubling, no ceiling;
+- `power-gain`: tau - 1 = k n^e, a straight line in log-log, no ceiling;
+- `saturating`: tau = a - b n^-c, stage 05's form (`benchmark.scaling`), a ceiling below the chain's.
+The form is chosen by its forecast error on the fitting scales alone (each scale from the ones below it, rolling
+origin), so the held-out scale's backtest stays a test. Every interval is a bootstrap over the units that vary, drawn
+together: the prompts (the same resample at every scale, so scales stay paired) and each scale's training seeds. The
+verdict on a backtest (the measured value inside the predicted interval or not) is read under several bootstrap seeds:
+`borderline` where it depends on the seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from eagle3lab.benchmark.scaling import EXPONENT_BOUNDS, LEVEL, quantiles
+from eagle3lab.io import InputError, require
+
+ALL = "all"  # every prompt of the evaluation set, beside each set
+
+
+# The saturating form's exponents tried: for each, `a` and `b` are a linear least-squares fit, so every bootstrap draw
+# is fitted at once (curve_fit took 30 ms a draw, 12 minutes a forecast on 2 cores), to a grid as fine as the
+# bootstrap's own spread warrants.
+EXPONENTS = np.geomspace(*EXPONENT_BOUNDS, 600)
+
+
+def _linear(features: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Least-squares coefficients [draws, features] of every row of ys [draws, points] on features [points, k]."""
+    return ys @ np.linalg.pinv(features).T
+
+
+def _log_line(sizes, ys, target, ceiling):
+    beta = _linear(np.stack([np.ones_like(sizes), np.log(sizes)], axis=1), ys)
+    return beta[:, 0] + beta[:, 1] * math.log(target)
+
+
+def _power_gain(sizes, ys, target, ceiling):
+    with np.errstate(invalid="ignore", divide="ignore"):  # NaN where a draw reads an accept length at or below 1
+        beta = _linear(np.stack([np.ones_like(sizes), np.log(sizes)], axis=1), np.log(ys - 1))
+        return 1 + np.exp(beta[:, 0] + beta[:, 1] * math.log(target))
+
+
+def _saturating(sizes, ys, target, ceiling):
+    """tau = a - b n^-c with b >= 0 and a at most the chain's ceiling, by least squares over EXPONENTS."""
+    best_error = np.full(len(ys), np.inf)
+    best = np.full(len(ys), np.nan)
+    for c in EXPONENTS:
+        u = sizes ** (-c)
+        a, b = _linear(np.stack([np.ones_like(u), -u], axis=1), ys).T
+        capped = a > ceiling  # the bound: a at the ceiling, b refitted
+        b = np.where(capped, (ceiling - ys) @ u / (u @ u), b)
+        a = np.where(capped, ceiling, a)
+        flat = b < 0  # no gain with data: the mean
+        a, b = np.where(flat, ys.mean(axis=1), a), np.where(flat, 0.0, b)
+        error = ((a[:, None] - b[:, None] * u - ys) ** 2).sum(axis=1)
+        better = error < best_error
+        best_error = np.where(better, error, best_error)
+        best = np.where(better, a - b * target ** (-c), best)
+    return best
+
+
+@dataclass(frozen=True)
+class Form:
+    name: str
+    least_scales: int  # scales a fit needs
+    predictor: object  # (sizes [k], draws [D, k], target size, ceiling) -> predictions [D]
+
+    def predict(self, sizes, ys, target: float, ceiling: float) -> np.ndarray:
+        """Each row of ys [draws, scales at `sizes`] fitted and read at `target`."""
+        return self.predictor(np.asarray(sizes, float), np.atleast_2d(np.asarray(ys, float)), target, ceiling)
+
+
+FORMS = {
+    form.name: form
+    for form in (Form("log-line", 2, _log_line), Form("power-gain", 2, _power_gain), Form("saturating", 3, _saturating))
+}
+
+
+@dataclass
+class Curve:
+    """One prompt set's accept lengths: tau[scale][seed replicate, prompt], the same prompts at every scale."""
+
+    sizes: list[int]
+    taus: list[np.ndarray]
+
+    def means(self) -> np.ndarray:
+        return np.array([t.mean() for t in self.taus])
+
+    def draws(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """[count, scales] bootstrap means: prompts resampled once per draw for every scale, seeds per scale (each as
+        how often a draw picks it, so a draw's mean is a weighted one)."""
+        prompts = self.taus[0].shape[1]
+        picked = np.stack([np.bincount(rng.integers(0, prompts, prompts), minlength=prompts) for _ in range(count)])
+        out = np.empty((count, len(self.sizes)))
+        for s, t in enumerate(self.taus):
+            per_seed = t @ picked.T / prompts  # [seeds, count]: each seed's mean over the draw's prompts
+            seeds = np.stack([np.bincount(rng.integers(0, len(t), len(t)), minlength=len(t)) for _ in range(count)])
+            out[:, s] = (seeds * per_seed.T).sum(axis=1) / len(t)
+        return out
+
+
+def read_records(folder: Path) -> list[dict]:
+    """The grid's EAGLE-3 drafts on regenerated answers (the scale curve) from their records, each checked for the
+    fields read here: an InputError names the file and field."""
+    drafts = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}: not valid JSON ({e.msg})") from None
+        if require(record, "responses", str(path), str) != "regenerated" or record.get("drafter") != "eagle3":
+            continue
+        require(record, "records", str(path), int)
+        training = require(record, "training", str(path), dict)
+        require(training, "stopped_by", f"{path}: training", str)
+        acceptance = require(record, "acceptance", str(path), dict)
+        for i, row in enumerate(require(acceptance, "per_prompt", f"{path}: acceptance", list)):
+            for field, kind in (("set", str), ("id", str), ("accept_length", (int, float))):
+                require(row, field, f"{path}: acceptance.per_prompt[{i}]", kind)
+        drafts.append(record | {"path": str(path)})
+    return drafts
+
+
+def curves(drafts: list[dict]) -> dict[str, Curve]:
+    """Per set (and ALL): each scale's [seeds, prompts] accept lengths. Every draft must hold the same prompts."""
+    by_scale: dict[int, list[dict]] = {}
+    for draft in drafts:
+        by_scale.setdefault(draft["records"], []).append(draft)
+    first = drafts[0]
+    prompts = [(row["set"], row["id"]) for row in first["acceptance"]["per_prompt"]]
+    out = {}
+    for name in [ALL, *sorted({s for s, _ in prompts})]:
+        wanted = [p for p in prompts if name in (ALL, p[0])]
+        taus = []
+        for size in sorted(by_scale):
+            rows = []
+            for draft in by_scale[size]:
+                values = {(r["set"], r["id"]): r["accept_length"] for r in draft["acceptance"]["per_prompt"]}
+                if set(values) != set(prompts):
+                    raise InputError(
+                        f"{draft['path']}: acceptance.per_prompt: its prompts differ from {first['path']}'s (drafts "
+                        "scored on different evaluation sets cannot share a curve)"
+                    )
+                rows.append([values[p] for p in wanted])
+            taus.append(np.array(rows))
+        out[name] = Curve(sorted(by_scale), taus)
+    return out
+
+
+def rolling_errors(curve: Curve, fitted_scales: int, ceiling: float) -> dict[str, list[dict]]:
+    """Each form's forecasts of the fitting scales from the ones below them (every form where each can fit), on the
+    means: the error by which the form is chosen."""
+    means, sizes = curve.means(), curve.sizes
+    least = max(form.least_scales for form in FORMS.values())
+    return {
+        name: [
+            {"size": sizes[k], "predicted": p, "measured": float(means[k]), "error": p - float(means[k])}
+            for k in range(least, fitted_scales)
+            for p in [float(form.predict(sizes[:k], means[:k], sizes[k], ceiling)[0])]
+        ]
+        for name, form in FORMS.items()
+    }
+
+
+def choose(errors: dict[str, list[dict]]) -> tuple[str | None, str]:
+    """The form with the least mean absolute rolling error, and why; None where no scale was forecast."""
+    scored = {name: float(np.mean([abs(e["error"]) for e in rows])) for name, rows in errors.items() if rows}
+    scored = {name: score for name, score in scored.items() if not math.isnan(score)}
+    if not scored:
+        return None, f"no fitting scale above the first {max(f.least_scales for f in FORMS.values())} to forecast"
+    best = min(scored, key=scored.get)
+    said = ", ".join(f"{name} {score:.4f}" for name, score in sorted(scored.items(), key=lambda kv: kv[1]))
+    return best, f"least mean absolute error forecasting each fitting scale from those below it ({said})"
+
+
+def backtest(curve: Curve, held_out: int, ceiling: float, boot: int, seeds: list[int]) -> dict | None:
+    """Every form fitted on the scales below `held_out` predicts it: the point forecast, its bootstrap interval, the
+    measured value with its own, and the verdict under each bootstrap seed (`inside` where the measured mean lies in
+    the predicted interval). None where the held-out scale is not measured or too few scales lie below it."""
+    if held_out not in curve.sizes:
+        return None
+    k = curve.sizes.index(held_out)
+    means = curve.means()
+    usable = {name: form for name, form in FORMS.items() if k >= form.least_scales}
+    forms = {
+        name: {"predicted": float(form.predict(curve.sizes[:k], means[:k], held_out, ceiling)[0]), "intervals": []}
+        for name, form in usable.items()
+    }
+    for seed in seeds:
+        draws = curve.draws(np.random.default_rng(seed), boot)  # one set of draws for every form: paired forms
+        for name, form in usable.items():
+            predicted = form.predict(curve.sizes[:k], draws[:, :k], held_out, ceiling)
+            interval = quantiles(predicted[~np.isnan(predicted)])
+            forms[name]["intervals"].append({"seed": seed, "predicted": interval, "measured": quantiles(draws[:, k])})
+    for result in forms.values():
+        inside = [i["predicted"][0] <= means[k] <= i["predicted"][1] for i in result["intervals"]]
+        result["verdict"] = "inside" if all(inside) else "outside" if not any(inside) else "borderline"
+    return {"held_out": held_out, "fitted_on": curve.sizes[:k], "measured": float(means[k]), "forms": forms}
+
+
+def plateau(drafts: list[dict]) -> list[dict]:
+    """Per scale: its seeds, how many the plateau rule stopped (not the step budget), and the passes over its data
+    and answer tokens each read (issue 64: every draft to its plateau)."""
+    rows = []
+    for size in sorted({d["records"] for d in drafts}):
+        group = [d for d in drafts if d["records"] == size]
+        seen = [d["training"]["answer_tokens_seen"] for d in group]
+        rows.append(
+            {
+                "conversations": size,
+                "seeds": len(group),
+                "stopped_by_plateau": sum(d["training"]["stopped_by"] == "patience" for d in group),
+                "passes": [round(s / d["answer_tokens"], 2) for s, d in zip(seen, group)],
+                "answer_tokens_seen": seen,
+            }
+        )
+    return rows
+
+
+def forecast(folder: Path, *, held_out: int, ceiling: float, boot: int, seeds: list[int]) -> dict:
+    """metrics/forecast.json: the plateau table, and per set the curve's means, each form's rolling errors and the
+    chosen form, and the backtest of `held_out` from the scales below it (None until that scale is measured)."""
+    drafts = read_records(folder)
+    if not drafts:
+        raise InputError(f"{folder}: no record of a draft on regenerated answers (the grid's scale cells)")
+    sets = {}
+    for name, curve in curves(drafts).items():
+        fitted = sum(size < held_out for size in curve.sizes)
+        errors = rolling_errors(curve, fitted, ceiling)
+        chosen, why = choose(errors)
+        sets[name] = {
+            "sizes": curve.sizes,
+            "seeds": [len(t) for t in curve.taus],
+            "means": [float(m) for m in curve.means()],
+            "rolling_errors": errors,
+            "chosen": chosen,
+            "why": why,
+            "backtest": backtest(curve, held_out, ceiling, boot, seeds),
+        }
+    return {"level": LEVEL, "boot": boot, "bootstrap_seeds": seeds, "plateau": plateau(drafts), "sets": sets}

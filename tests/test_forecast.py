@@ -1,0 +1,142 @@
+"""The data bet's backtested forecast (benchmark.forecast, the `forecast` stage): the forms, the choice by forecast
+error, the bootstrap over prompts and seeds, the verdicts, and the errors that name a record's file and field."""
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from eagle3lab import paths
+from eagle3lab.benchmark import forecast
+from eagle3lab.io import InputError
+from eagle3lab.pipeline import forecast as stage
+
+SCALES = [22, 55, 140, 350, 880, 2200]
+PROMPTS = [("mtbench", f"m{i}") for i in range(12)] + [("gsm8k", f"g{i}") for i in range(8)]
+
+
+def write_drafts(folder, curve, *, seeds=3, prompt_noise=0.05, seed_noise=0.01, rng_seed=0, **extra):
+    """Records as draft cells write them: each scale's seeds, accept length per prompt around curve(n)."""
+    rng = np.random.default_rng(rng_seed)
+    hardness = rng.normal(0, prompt_noise, len(PROMPTS))
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in SCALES:
+        for k in range(seeds):
+            level = curve(n) + rng.normal(0, seed_noise)
+            rows = [{"set": s, "id": i, "accept_length": float(level + h)} for (s, i), h in zip(PROMPTS, hardness)]
+            name = f"scale-{n:05d}" + (f"-seed{k}" if k else "")
+            record = {"name": name, "responses": "regenerated", "drafter": "eagle3", "records": n}
+            record |= {"answer_tokens": 100 * n, "acceptance": {"per_prompt": rows}}
+            record |= {"training": {"stopped_by": "patience" if k else "budget", "answer_tokens_seen": 300 * n}}
+            (folder / f"{name}.json").write_text(json.dumps(record | extra))
+
+
+def saturating(n):
+    return 2.0 - 1.2 * n**-0.4
+
+
+def test_each_form_recovers_its_own_curve_exactly():
+    sizes = np.array(SCALES[:5], float)
+    for name, truth in (
+        ("log-line", lambda n: 1.1 + 0.05 * np.log(n)),
+        ("power-gain", lambda n: 1 + 0.02 * n**0.3),
+        ("saturating", saturating),
+    ):
+        predicted = forecast.FORMS[name].predict(sizes, truth(sizes), 2200, ceiling=6)[0]
+        assert predicted == pytest.approx(truth(2200.0), abs=2e-3), name
+
+
+def test_the_form_that_forecasts_best_is_chosen_and_the_held_out_scale_is_no_part_of_the_choice(tmp_path):
+    write_drafts(tmp_path, saturating)
+    result = forecast.forecast(tmp_path, held_out=2200, ceiling=6, boot=300, seeds=[0, 1])
+    s = result["sets"]["all"]
+    assert s["sizes"] == SCALES and s["seeds"] == [3] * 6
+    assert [e["size"] for e in s["rolling_errors"]["saturating"]] == [350, 880]  # the fitting scales, not 2,200
+    assert s["chosen"] == "saturating" and "least mean absolute error" in s["why"]
+    test = s["backtest"]
+    assert test["fitted_on"] == SCALES[:5] and test["measured"] == pytest.approx(s["means"][-1])
+    assert test["forms"]["saturating"]["verdict"] == "inside"
+    assert test["forms"]["log-line"]["verdict"] == "outside"  # a constant gain per doubling overshoots a plateau
+    assert [i["seed"] for i in test["forms"]["saturating"]["intervals"]] == [0, 1]
+    assert set(result["sets"]) == {"all", "mtbench", "gsm8k"}
+
+
+def test_the_interval_carries_training_seeds_as_well_as_prompts(tmp_path):
+    quiet, noisy = tmp_path / "quiet", tmp_path / "noisy"
+    write_drafts(quiet, saturating, prompt_noise=0.05, seed_noise=0.0)
+    write_drafts(noisy, saturating, prompt_noise=0.05, seed_noise=0.05)
+    widths = []
+    for folder in (quiet, noisy):
+        curve = forecast.curves(forecast.read_records(folder))["all"]
+        draws = curve.draws(np.random.default_rng(0), 500)
+        widths.append(np.ptp(np.quantile(draws[:, 0], [0.05, 0.95])))
+    assert widths[1] > 1.5 * widths[0]
+
+
+def test_a_verdict_that_depends_on_the_bootstrap_seed_is_borderline():
+    curve = forecast.Curve([1, 2, 3, 4], [np.array([[1.0, 1.2]]) + k * 0.1 for k in range(4)])
+    form = forecast.FORMS["log-line"]
+    intervals = []
+    for seed in range(40):
+        draws = curve.draws(np.random.default_rng(seed), 20)
+        intervals.append(forecast.quantiles(form.predict(curve.sizes[:3], draws[:, :3], 4, 6)))
+    measured = curve.means()[3]
+    inside = [low <= measured <= high for low, high in intervals]
+    assert any(inside) and not all(inside)  # this setup is on the edge: some bootstrap seeds exclude it
+    seeds = [i for i, ok in enumerate(inside) if ok][:1] + [i for i, ok in enumerate(inside) if not ok][:1]
+    result = forecast.backtest(curve, 4, ceiling=6, boot=20, seeds=seeds)
+    assert result["forms"]["log-line"]["verdict"] == "borderline"
+
+
+def test_no_backtest_until_the_held_out_scale_is_measured_and_the_plateau_table_counts_the_stops(tmp_path):
+    write_drafts(tmp_path, saturating)
+    for path in tmp_path.glob("scale-02200*.json"):
+        path.unlink()
+    result = forecast.forecast(tmp_path, held_out=2200, ceiling=6, boot=50, seeds=[0])
+    assert result["sets"]["all"]["backtest"] is None and result["sets"]["all"]["sizes"] == SCALES[:5]
+    first = result["plateau"][0]
+    assert first == {"conversations": 22, "seeds": 3, "stopped_by_plateau": 2, "passes": [3.0] * 3,
+                     "answer_tokens_seen": [6600] * 3}  # fmt: skip
+
+
+def test_other_drafts_are_left_out_and_bad_records_are_named(tmp_path):
+    write_drafts(tmp_path, saturating)
+    other = json.loads((tmp_path / "scale-00022.json").read_text()) | {"responses": "original", "records": 9}
+    (tmp_path / "original-00022.json").write_text(json.dumps(other))
+    assert 9 not in forecast.forecast(tmp_path, held_out=2200, ceiling=6, boot=20, seeds=[0])["sets"]["all"]["sizes"]
+    broken = json.loads((tmp_path / "scale-00055.json").read_text())
+    del broken["acceptance"]["per_prompt"][3]["accept_length"]
+    (tmp_path / "scale-00055.json").write_text(json.dumps(broken))
+    with pytest.raises(InputError, match=r"scale-00055.json: acceptance.per_prompt\[3\]: missing field 'accept_len"):
+        forecast.read_records(tmp_path)
+    broken["acceptance"]["per_prompt"] = broken["acceptance"]["per_prompt"][5:]
+    for row in broken["acceptance"]["per_prompt"]:
+        row["accept_length"] = 1.5
+    (tmp_path / "scale-00055.json").write_text(json.dumps(broken))
+    with pytest.raises(InputError, match=r"scale-00055.json: acceptance.per_prompt: its prompts differ from"):
+        forecast.curves(forecast.read_records(tmp_path))
+    (tmp_path / "scale-00055.json").write_text("{")
+    with pytest.raises(InputError, match=r"scale-00055.json: not valid JSON"):
+        forecast.read_records(tmp_path)
+
+
+def test_the_stage_writes_its_record_and_figure_and_names_bad_settings(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    write_drafts(tmp_path / "metrics" / "drafts", saturating)
+    params = yaml.safe_load(paths.PARAMS.read_text())
+    params["drafts"]["forecast"] |= {"boot": 50}
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(params))
+    assert stage.settings(params_file) == {"held_out": 2200, "boot": 50, "seeds": [0, 1, 2], "ceiling": 6}
+    result = stage.run(params_file)
+    assert json.loads((tmp_path / stage.RECORD).read_text())["sets"]["all"]["chosen"] == result["sets"]["all"]["chosen"]
+    assert stage.figure(result, tmp_path / stage.FIGURE).stat().st_size > 10_000
+    params["drafts"]["forecast"] = {"held_out": 2200, "boot": 1, "bootstrap_seeds": [0]}
+    params_file.write_text(yaml.safe_dump(params))
+    with pytest.raises(InputError, match=r"params.yaml: section 'drafts': forecast: expected a held_out scale >= 1"):
+        stage.settings(params_file)
+    del params["drafts"]["forecast"]
+    params_file.write_text(yaml.safe_dump(params))
+    with pytest.raises(InputError, match=r"params.yaml: section 'drafts': missing field 'forecast'"):
+        stage.settings(params_file)
