@@ -13,6 +13,7 @@ from eagle3lab.io import InputError
 from eagle3lab.pipeline import forecast as stage
 
 SCALES = [22, 55, 140, 350, 880, 2200]
+TAUS = {"local": 1.6, "vllm": 1.85}  # break-even accept lengths: inside the curve's range, and past it
 PROMPTS = [("mtbench", f"m{i}") for i in range(12)] + [("gsm8k", f"g{i}") for i in range(8)]
 
 
@@ -49,7 +50,7 @@ def test_each_form_recovers_its_own_curve_exactly():
 
 def test_the_form_that_forecasts_best_is_chosen_and_the_held_out_scale_is_no_part_of_the_choice(tmp_path):
     write_drafts(tmp_path, saturating)
-    result = forecast.forecast(tmp_path, held_out=2200, ceiling=6, boot=300, seeds=[0, 1])
+    result = forecast.forecast(tmp_path, held_out=2200, ceiling=6, boot=300, seeds=[0, 1], taus=TAUS)
     s = result["sets"]["all"]
     assert s["sizes"] == SCALES and s["seeds"] == [3] * 6
     assert [e["size"] for e in s["rolling_errors"]["saturating"]] == [350, 880]  # the fitting scales, not 2,200
@@ -60,6 +61,28 @@ def test_the_form_that_forecasts_best_is_chosen_and_the_held_out_scale_is_no_par
     assert test["forms"]["log-line"]["verdict"] == "outside"  # a constant gain per doubling overshoots a plateau
     assert [i["seed"] for i in test["forms"]["saturating"]["intervals"]] == [0, 1]
     assert set(result["sets"]) == {"all", "mtbench", "gsm8k"}
+
+
+def test_break_even_is_read_off_the_chosen_form_on_every_scale_and_a_projection_says_so(tmp_path):
+    write_drafts(tmp_path, saturating)
+    curve = forecast.curves(forecast.read_records(tmp_path))["all"]
+    taus = {
+        "inside": 1.8,
+        "projected": 1.96,
+        "out of reach": 2.5,
+        "reached already": 1.3,
+    }  # the curve runs 1.65-1.95 over 22-2,200
+    said = forecast.break_even(curve, forecast.FORMS["saturating"], taus, ceiling=6, boot=300, seeds=[0, 1])
+    truth = ((2.0 - 1.8) / 1.2) ** (-1 / 0.4)  # saturating(n) = 1.8 at 88 conversations
+    low, high = said["inside"]["interval"]
+    assert low <= truth <= high and low <= said["inside"]["conversations"] <= high and high < 2 * low
+    assert not said["inside"]["projected"]
+    assert said["projected"]["projected"] and 2200 < said["projected"]["conversations"] <= 22000  # truth: 4,929
+    assert said["out of reach"]["conversations"] == forecast.BEYOND_CURVE  # the fit's ceiling is below 2.5
+    assert said["reached already"]["conversations"] == forecast.BELOW_CURVE
+    assert said["inside"]["at_data_bet"]["verdict"] == "reaches"
+    assert said["out of reach"]["at_data_bet"]["verdict"] == "falls short"
+    assert said["inside"]["at_data_bet"]["conversations"] == 22000
 
 
 def test_the_interval_carries_training_seeds_as_well_as_prompts(tmp_path):
@@ -93,7 +116,7 @@ def test_no_backtest_until_the_held_out_scale_is_measured_and_the_plateau_table_
     write_drafts(tmp_path, saturating)
     for path in tmp_path.glob("scale-02200*.json"):
         path.unlink()
-    result = forecast.forecast(tmp_path, held_out=2200, ceiling=6, boot=50, seeds=[0])
+    result = forecast.forecast(tmp_path, held_out=2200, ceiling=6, boot=50, seeds=[0], taus=TAUS)
     assert result["sets"]["all"]["backtest"] is None and result["sets"]["all"]["sizes"] == SCALES[:5]
     first = result["plateau"][0]
     assert first == {"conversations": 22, "seeds": 3, "stopped_by_plateau": 2, "passes": [3.0] * 3,
@@ -104,7 +127,12 @@ def test_other_drafts_are_left_out_and_bad_records_are_named(tmp_path):
     write_drafts(tmp_path, saturating)
     other = json.loads((tmp_path / "scale-00022.json").read_text()) | {"responses": "original", "records": 9}
     (tmp_path / "original-00022.json").write_text(json.dumps(other))
-    assert 9 not in forecast.forecast(tmp_path, held_out=2200, ceiling=6, boot=20, seeds=[0])["sets"]["all"]["sizes"]
+    assert (
+        9
+        not in forecast.forecast(tmp_path, held_out=2200, ceiling=6, boot=20, seeds=[0], taus=TAUS)["sets"]["all"][
+            "sizes"
+        ]
+    )
     broken = json.loads((tmp_path / "scale-00055.json").read_text())
     del broken["acceptance"]["per_prompt"][3]["accept_length"]
     (tmp_path / "scale-00055.json").write_text(json.dumps(broken))
@@ -128,10 +156,22 @@ def test_the_stage_writes_its_record_and_figure_and_names_bad_settings(tmp_path,
     params["drafts"]["forecast"] |= {"boot": 50}
     params_file = tmp_path / "params.yaml"
     params_file.write_text(yaml.safe_dump(params))
+    rows = [
+        {"engine": e, "set": s, "speedup": x, "accept_length": t * x}
+        for e, t in TAUS.items()
+        for s in "ab"
+        for x in (1, 2)
+    ]
+    (tmp_path / stage.SCALING).write_text(json.dumps({"records_needed": rows}))
+    assert stage.break_even_taus(tmp_path / stage.SCALING) == TAUS
     assert stage.settings(params_file) == {"held_out": 2200, "boot": 50, "seeds": [0, 1, 2], "ceiling": 6}
     result = stage.run(params_file)
     assert json.loads((tmp_path / stage.RECORD).read_text())["sets"]["all"]["chosen"] == result["sets"]["all"]["chosen"]
     assert stage.figure(result, tmp_path / stage.FIGURE).stat().st_size > 10_000
+    assert set(result["sets"]["all"]["break_even"]) == set(TAUS)
+    (tmp_path / stage.SCALING).write_text(json.dumps({"records_needed": [{"engine": "local", "speedup": 1}]}))
+    with pytest.raises(InputError, match=r"scaling.json: records_needed\[0\]: missing field 'accept_length'"):
+        stage.run(params_file)
     params["drafts"]["forecast"] = {"held_out": 2200, "boot": 1, "bootstrap_seeds": [0]}
     params_file.write_text(yaml.safe_dump(params))
     with pytest.raises(InputError, match=r"params.yaml: section 'drafts': forecast: expected a held_out scale >= 1"):

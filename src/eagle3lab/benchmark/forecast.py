@@ -11,6 +11,10 @@ origin), so the held-out scale's backtest stays a test. Every interval is a boot
 together: the prompts (the same resample at every scale, so scales stay paired) and each scale's training seeds. The
 verdict on a backtest (the measured value inside the predicted interval or not) is read under several bootstrap seeds:
 `borderline` where it depends on the seed.
+
+The chosen form, fitted on every scale measured, then answers the seeds' question per engine: the conversations at
+which it reaches that engine's break-even accept length, and whether ten times the largest scale would get there. Both
+are projections past the data and labelled so; the costs behind break-even carry no noise of their own yet.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ from eagle3lab.benchmark.scaling import EXPONENT_BOUNDS, LEVEL, quantiles
 from eagle3lab.io import InputError, require
 
 ALL = "all"  # every prompt of the evaluation set, beside each set
+DATA_BET = 10  # the seeds' plan: ten times the data
+REACH = 10  # the furthest past the largest scale measured a forecast is read (a projection, labelled so)
+BEYOND_CURVE = "beyond what this curve can say"
+BELOW_CURVE = "at or below the smallest scale measured"
 
 
 # The saturating form's exponents tried: for each, `a` and `b` are a linear least-squares fit, so every bootstrap draw
@@ -39,21 +47,21 @@ def _linear(features: np.ndarray, ys: np.ndarray) -> np.ndarray:
     return ys @ np.linalg.pinv(features).T
 
 
-def _log_line(sizes, ys, target, ceiling):
+def _log_line(sizes, ys, targets, ceiling):
     beta = _linear(np.stack([np.ones_like(sizes), np.log(sizes)], axis=1), ys)
-    return beta[:, 0] + beta[:, 1] * math.log(target)
+    return beta[:, :1] + beta[:, 1:] * np.log(targets)
 
 
-def _power_gain(sizes, ys, target, ceiling):
+def _power_gain(sizes, ys, targets, ceiling):
     with np.errstate(invalid="ignore", divide="ignore"):  # NaN where a draw reads an accept length at or below 1
         beta = _linear(np.stack([np.ones_like(sizes), np.log(sizes)], axis=1), np.log(ys - 1))
-        return 1 + np.exp(beta[:, 0] + beta[:, 1] * math.log(target))
+        return 1 + np.exp(beta[:, :1] + beta[:, 1:] * np.log(targets))
 
 
-def _saturating(sizes, ys, target, ceiling):
+def _saturating(sizes, ys, targets, ceiling):
     """tau = a - b n^-c with b >= 0 and a at most the chain's ceiling, by least squares over EXPONENTS."""
     best_error = np.full(len(ys), np.inf)
-    best = np.full(len(ys), np.nan)
+    best = np.zeros((3, len(ys)))  # a, b, c of each draw
     for c in EXPONENTS:
         u = sizes ** (-c)
         a, b = _linear(np.stack([np.ones_like(u), -u], axis=1), ys).T
@@ -65,19 +73,25 @@ def _saturating(sizes, ys, target, ceiling):
         error = ((a[:, None] - b[:, None] * u - ys) ** 2).sum(axis=1)
         better = error < best_error
         best_error = np.where(better, error, best_error)
-        best = np.where(better, a - b * target ** (-c), best)
-    return best
+        best = np.where(better, np.stack([a, b, np.full_like(a, c)]), best)
+    a, b, c = (row[:, None] for row in best)
+    return a - b * np.power(targets, -c)
 
 
 @dataclass(frozen=True)
 class Form:
     name: str
     least_scales: int  # scales a fit needs
-    predictor: object  # (sizes [k], draws [D, k], target size, ceiling) -> predictions [D]
+    predictor: object  # (sizes [k], draws [D, k], target sizes [T], ceiling) -> predictions [D, T]
 
     def predict(self, sizes, ys, target: float, ceiling: float) -> np.ndarray:
-        """Each row of ys [draws, scales at `sizes`] fitted and read at `target`."""
-        return self.predictor(np.asarray(sizes, float), np.atleast_2d(np.asarray(ys, float)), target, ceiling)
+        """Each row of ys [draws, scales at `sizes`] fitted and read at `target`: [draws]."""
+        return self.curve(sizes, ys, np.array([float(target)]), ceiling)[:, 0]
+
+    def curve(self, sizes, ys, targets: np.ndarray, ceiling: float) -> np.ndarray:
+        """Each row of ys fitted and read at every size of `targets`: [draws, targets]."""
+        ys = np.atleast_2d(np.asarray(ys, float))
+        return self.predictor(np.asarray(sizes, float), ys, np.asarray(targets, float)[None, :], ceiling)
 
 
 FORMS = {
@@ -208,6 +222,56 @@ def backtest(curve: Curve, held_out: int, ceiling: float, boot: int, seeds: list
     return {"held_out": held_out, "fitted_on": curve.sizes[:k], "measured": float(means[k]), "forms": forms}
 
 
+def _first_reaching(curves: np.ndarray, grid: np.ndarray, tau: float) -> np.ndarray:
+    """Per row of curves [draws, grid], the first size of `grid` where it reaches tau (inf where it never does)."""
+    reached = curves >= tau
+    return np.where(reached.any(axis=1), grid[reached.argmax(axis=1)], np.inf)
+
+
+def _reading(size: float, sizes: list[int]) -> float | str:
+    """A size read off a forecast as reported: BELOW_CURVE where the smallest scale measured already reaches it;
+    BEYOND_CURVE past REACH times the largest, or never reached; past the largest, a projection."""
+    if size <= min(sizes):
+        return BELOW_CURVE
+    return BEYOND_CURVE if size > max(sizes) * REACH else float(size)
+
+
+def break_even(curve: Curve, form: Form, taus: dict, ceiling: float, boot: int, seeds: list[int]) -> dict:
+    """Per engine (taus: engine -> the accept length it needs to break even), the conversations at which `form`,
+    fitted on every measured scale, reaches it, with its interval (the first bootstrap seed's), and the accept length
+    it forecasts at DATA_BET times the largest scale with the verdict against break-even under every bootstrap seed:
+    `reaches` (the interval above), `falls short` (below), `cannot say` (across it), `borderline` (the verdict
+    changes with the seed). Past the largest scale every reading is a projection, labelled so."""
+    largest = max(curve.sizes)
+    grid = np.geomspace(min(curve.sizes), largest * REACH, 400)
+    point = form.curve(curve.sizes, curve.means(), grid, ceiling)
+    bet = largest * DATA_BET
+    drawn = [curve.draws(np.random.default_rng(seed), boot) for seed in seeds]
+    curves = [form.curve(curve.sizes, draws, grid, ceiling) for draws in drawn]
+    at_bet = [form.predict(curve.sizes, draws, bet, ceiling) for draws in drawn]
+    out = {}
+    for engine, tau in taus.items():
+        size = float(_first_reaching(point, grid, tau)[0])
+        interval = quantiles(_first_reaching(curves[0], grid, tau), method="nearest")
+        verdicts = set()
+        for values in at_bet:
+            low, high = quantiles(values[~np.isnan(values)])
+            verdicts.add("reaches" if low >= tau else "falls short" if high < tau else "cannot say")
+        out[engine] = {
+            "accept_length_needed": tau,
+            "conversations": _reading(size, curve.sizes),
+            "interval": [_reading(x, curve.sizes) for x in interval],
+            "projected": size > largest,  # past the data: a projection of the form chosen
+            "at_data_bet": {
+                "conversations": bet,
+                "accept_length": float(form.predict(curve.sizes, curve.means(), bet, ceiling)[0]),
+                "interval": quantiles(at_bet[0][~np.isnan(at_bet[0])]),
+                "verdict": verdicts.pop() if len(verdicts) == 1 else "borderline",
+            },
+        }
+    return out
+
+
 def plateau(drafts: list[dict]) -> list[dict]:
     """Per scale: its seeds, how many the plateau rule stopped (not the step budget), and the passes over its data
     and answer tokens each read (issue 64: every draft to its plateau)."""
@@ -227,9 +291,10 @@ def plateau(drafts: list[dict]) -> list[dict]:
     return rows
 
 
-def forecast(folder: Path, *, held_out: int, ceiling: float, boot: int, seeds: list[int]) -> dict:
+def forecast(folder: Path, *, held_out: int, ceiling: float, boot: int, seeds: list[int], taus: dict) -> dict:
     """metrics/forecast.json: the plateau table, and per set the curve's means, each form's rolling errors and the
-    chosen form, and the backtest of `held_out` from the scales below it (None until that scale is measured)."""
+    chosen form, the backtest of `held_out` from the scales below it (None until that scale is measured), and each
+    engine's break-even read off the chosen form on every scale (`taus`: engine -> the accept length it needs)."""
     drafts = read_records(folder)
     if not drafts:
         raise InputError(f"{folder}: no record of a draft on regenerated answers (the grid's scale cells)")
@@ -246,5 +311,6 @@ def forecast(folder: Path, *, held_out: int, ceiling: float, boot: int, seeds: l
             "chosen": chosen,
             "why": why,
             "backtest": backtest(curve, held_out, ceiling, boot, seeds),
+            "break_even": chosen and break_even(curve, FORMS[chosen], taus, ceiling, boot, seeds),
         }
     return {"level": LEVEL, "boot": boot, "bootstrap_seeds": seeds, "plateau": plateau(drafts), "sets": sets}

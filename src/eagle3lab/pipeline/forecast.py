@@ -1,7 +1,8 @@
 """`python -m eagle3lab.pipeline.forecast`: dvc.yaml's `forecast` stage, the data bet's backtested forecast from the
 grid's committed draft records (metrics/drafts/*.json) only: notebooks/cells/forecast.ipynb through papermill into
 reports/forecast.ipynb, writing metrics/forecast.json and figures/forecast_backtest.png (`benchmark.forecast` holds
-the science; this module its settings, record and figure).
+the science; this module its settings, record and figure). Each engine's break-even accept length is stage 05's
+(metrics/scaling.json, from stage 04's costs).
 
 Its settings are params.yaml's `drafts.forecast` (the grid's section: the forecast reads the grid's drafts), and the
 chain's ceiling is the sweep's depth + 1 (`benchmark.sweep_config`, where the cells score acceptance).
@@ -10,6 +11,7 @@ chain's ceiling is the sweep's depth + 1 (`benchmark.sweep_config`, where the ce
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -25,6 +27,7 @@ from eagle3lab.pipeline.stages import check_params, execute, load_params
 STAGE = "forecast"
 NOTEBOOK = "cells/forecast.ipynb"  # under notebooks/
 RECORD = "metrics/forecast.json"
+SCALING = "metrics/scaling.json"  # stage 05's: each engine's break-even accept length
 FIGURE = "figures/forecast_backtest.png"
 
 
@@ -42,9 +45,27 @@ def settings(params_file: Path) -> dict:
     return {"held_out": held_out, "boot": boot, "seeds": seeds, "ceiling": SpecConfig.parse(sweep).steps + 1}
 
 
+def break_even_taus(path: Path) -> dict[str, float]:
+    """Each engine's break-even accept length as stage 05 derived it from stage 04's measured costs (metrics/
+    scaling.json's `records_needed` rows at speedup 1: one per engine and set, the same accept length for every set)."""
+    try:
+        rows = require(json.loads(path.read_text()), "records_needed", str(path), list)
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: cannot read stage 05's record ({e})") from None
+    taus = {}
+    for i, row in enumerate(rows):
+        where = f"{path}: records_needed[{i}]"
+        if require(row, "speedup", where, (int, float)) == 1:
+            taus[require(row, "engine", where, str)] = require(row, "accept_length", where, (int, float))
+    if not taus:
+        raise InputError(f"{path}: records_needed: no engine's break-even (a row at speedup 1)")
+    return taus
+
+
 def run(params_file: str | Path) -> dict:
     """The forecast of the records committed now, written to metrics/forecast.json."""
-    result = forecast(paths.ROOT / RECORDS, **settings(Path(params_file)))
+    taus = break_even_taus(paths.ROOT / SCALING)
+    result = forecast(paths.ROOT / RECORDS, **settings(Path(params_file)), taus=taus)
     write_json(paths.ROOT / RECORD, result)
     return result
 
