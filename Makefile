@@ -79,10 +79,11 @@ repro: setup data model vllm llamacpp
 
 # A sitting's share of the run (eagle3lab.pipeline.carry): the stages whose inputs changed or that never ran, in DVC's
 # order, each started only when its estimate (its last record in metrics/cells/, else metrics/repro.log) fits the
-# minutes left of BUDGET (unset: no limit); exit 3 leaves the rest to the next sitting. The tables are rendered once
-# every stage is done.
+# minutes left of BUDGET (unset: no limit); each finished cell is committed before the next starts (its lock entry,
+# record and committed outputs only); exit 3 leaves the rest to the next sitting. The tables are rendered once every
+# stage is done.
 carry: setup data model vllm llamacpp
-	$(BIN)/python -m eagle3lab.pipeline.carry $(if $(BUDGET),--budget $(BUDGET))
+	$(BIN)/python -m eagle3lab.pipeline.carry --commit $(if $(BUDGET),--budget $(BUDGET))
 	$(BIN)/python -m eagle3lab.pipeline.report
 
 smoke: setup data model llamacpp

@@ -271,3 +271,24 @@ def test_a_checkout_is_uncommitted_when_code_changed_not_when_the_pipeline_wrote
     assert machine.commit(root).uncommitted is False
     (root / "src" / "code.py").write_text("2\n")
     assert machine.commit(root).uncommitted is True and str(machine.commit(root)).endswith("(uncommitted changes)")
+
+
+def test_with_commit_each_finished_cell_is_committed_alone_before_the_next_starts(repo, monkeypatch, capsys):
+    for key in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{key}_NAME", "toy")
+        monkeypatch.setenv(f"GIT_{key}_EMAIL", "toy@example.invalid")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "the first run")
+    (repo / "in.txt").write_text("again\n")
+    (repo / "notes.txt").write_text("the user's own work in progress")
+    assert carry.main(["--commit"]) == 0
+    assert re.findall(r"^\[\d/4\] (\S+): done in [\d.]+ min, committed as \w+", capsys.readouterr().out, re.M) == CELLS
+    log = _git(repo, "log", "--format=%s", "-4").splitlines()[::-1]
+    assert [line.split(",")[0] for line in log] == [f"carry: cell {name}" for name in CELLS]
+    assert all(f"on {machine.cpu_model()} (" in line for line in log)
+    first = _git(repo, "show", "--name-only", "--format=", "HEAD~3").split()
+    assert sorted(first) == ["dvc.lock", "metrics/cells/first.json"]  # a.txt is cached (the first run ignored it)
+    locked = yaml.safe_load(_git(repo, "show", "HEAD~3:dvc.lock"))["stages"]
+    assert locked["first"]["outs"][0]["path"] == "a.txt" and "last" in locked  # the lock as DVC wrote it then
+    status = _git(repo, "status", "--porcelain", "--", "in.txt", "notes.txt")
+    assert status.splitlines() == ["M in.txt", "?? notes.txt"]  # the checkout's own changes stay uncommitted

@@ -1,4 +1,4 @@
-"""`python -m eagle3lab.pipeline.carry [--budget MINUTES] [--allow-unestimated] [--dry]`: carry a pipeline run
+"""`python -m eagle3lab.pipeline.carry [--budget MINUTES] [--allow-unestimated] [--commit] [--dry]`: carry a run
 forward one sitting at a time, running only the cells (dvc.yaml's stages, foreach/matrix items included) whose inputs
 changed or that never ran, each started only when its estimate fits the minutes left.
 
@@ -233,9 +233,41 @@ def run_cell(root: Path, name: str) -> bool:
     return not skipped
 
 
-def carry(root: Path, cells: list[Cell], budget: float | None, allow_unestimated: bool, began: float) -> int:
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+
+def commit_cell(root: Path, name: str, record: dict) -> str | None:
+    """Commit what a finished cell wrote that git keeps: dvc.lock, its record, its outputs DVC does not cache (the
+    answers, the metrics) and the .gitignore entries DVC writes for those it caches; only those paths, whatever else
+    the checkout holds. Returns the new commit's hash, or None when the cell changed none of them."""
+    with contextlib.chdir(root), set_loggers_level(logging.WARNING), Repo(str(root)) as repo:
+        (stage,) = repo.stage.collect(name)
+        kept = [Path(out.fs_path) for out in stage.outs if not out.use_cache]
+        ignores = [Path(out.fs_path).parent / ".gitignore" for out in stage.outs if out.use_cache]
+    wanted = [root / "dvc.lock", record_path(root, name), *kept, *ignores]
+    present = [str(path.relative_to(root)) for path in wanted if path.exists()]
+    added = _git(root, "add", "-A", "--", *present)
+    if added.returncode:
+        raise RunFailed(f"cell {name}: `git add` failed: {added.stderr.strip()}")
+    if _git(root, "diff", "--cached", "--quiet", "--", *present).returncode == 0:
+        return None  # the cell rewrote what git keeps with the same bytes
+    where = record["machine"]
+    message = (
+        f"carry: cell {name}, {record['minutes']:.1f} min on {where['cpu']} ({where['auto_dtype']}, "
+        f"{where['torch_threads']} threads) at {record['commit']}"
+    )
+    done = _git(root, "commit", "-q", "-m", message, "--", *present)
+    if done.returncode:
+        raise RunFailed(f"cell {name}: `git commit` failed: {(done.stderr or done.stdout).strip()}")
+    return _git(root, "rev-parse", "--short", "HEAD").stdout.strip()
+
+
+def carry(
+    root: Path, cells: list[Cell], budget: float | None, allow_unestimated: bool, began: float, commit: bool = False
+) -> int:
     """Run the cells in order while each fits the budget left (minutes since `began`, a monotonic time); each one
-    DVC ran leaves its record. Returns the exit code."""
+    DVC ran leaves its record and, with `commit`, is committed before the next starts. Returns the exit code."""
     checkout = machine.commit(root)  # before any cell rewrites dvc.lock
     estimated = estimator(root)
     for i, planned in enumerate(cells, 1):
@@ -269,7 +301,9 @@ def carry(root: Path, cells: list[Cell], budget: float | None, allow_unestimated
             "machine": machine.description(),
         }
         write_json(record_path(root, cell.name), record)
-        print(f"[{i}/{len(cells)}] {cell.name}: done in {minutes:.1f} min")
+        committed = commit and commit_cell(root, cell.name, record)
+        said = f", committed as {committed}" if committed else ""
+        print(f"[{i}/{len(cells)}] {cell.name}: done in {minutes:.1f} min{said}")
     print(f"carry: all {len(cells)} cells done in {(time.monotonic() - began) / 60:.1f} min")
     return 0
 
@@ -285,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
         "--allow-unestimated", action="store_true", help="under a budget, start cells that have no estimate too"
     )
     parser.add_argument("--dry", action="store_true", help="print the plan with estimates and ETAs; run nothing")
+    parser.add_argument(
+        "--commit",
+        action="store_true",
+        help="git-commit each finished cell (dvc.lock, its record, its committed outputs) before the next starts",
+    )
     args = parser.parse_args(argv)
     if args.budget is not None and args.budget <= 0:
         raise InputError(f"--budget {args.budget:g}: expected the minutes this sitting may take, above 0")
@@ -297,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry:
         print_plan(cells, args.budget, args.allow_unestimated)
         return 0
-    return carry(root, cells, args.budget, args.allow_unestimated, began)
+    return carry(root, cells, args.budget, args.allow_unestimated, began, args.commit)
 
 
 if __name__ == "__main__":
