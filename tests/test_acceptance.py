@@ -132,6 +132,31 @@ def test_an_answer_is_cut_where_the_targets_own_argmax_disagrees(smollm2):
     assert cut.ids.tolist() == prompt + greedy[:2] and cut.aux.shape[0] == len(prompt) + 2
 
 
+def test_a_built_sets_features_are_kept_and_read_back_bitwise_without_the_target(smollm2, tmp_path, monkeypatch):
+    from eagle3lab.benchmark import eval_set
+    from eagle3lab.models.target import aux_hidden_indices
+
+    prompt = smollm2.tokenizer("The capital of France is", add_special_tokens=False)["input_ids"]
+    records = [EvalRecord(f"mt/{i}#1", "mtbench", 1, prompt, [1, 2, 3][:i], "length", tmp_path) for i in (2, 3)]
+    first = list(teacher_forced(smollm2, records, None))
+    folder = eval_set.features_folder(smollm2, records, aux_hidden_indices(smollm2.num_layers, None))
+    assert sorted(p.name for p in folder.iterdir()) == ["key.json", "mt%2F2%231.pt", "mt%2F3%231.pt"]
+
+    def no_target(*args, **kwargs):
+        raise AssertionError("the target ran although its features were kept")
+
+    monkeypatch.setattr(eval_set, "forward_with_aux", no_target)
+    again = list(teacher_forced(smollm2, records, None))
+    for a, b in zip(first, again):
+        assert (
+            torch.equal(a.ids, b.ids)
+            and torch.equal(a.aux, b.aux)
+            and (a.answer_tokens, a.cut) == (b.answer_tokens, b.cut)
+        )
+    with pytest.raises(AssertionError, match="the target ran"):  # other layers are other features: the target runs
+        list(teacher_forced(smollm2, records, [3, 5, 7]))
+
+
 def test_the_acceptance_commands_read_sets_and_named_drafts_one_way():
     from eagle3lab.benchmark.acceptance import named, sets_option
 

@@ -19,10 +19,11 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import torch
 
-from eagle3lab.io import InputError, read_jsonl, require, write_json, write_jsonl
+from eagle3lab.io import InputError, atomic_path, read_jsonl, require, write_json, write_jsonl
 from eagle3lab.models.target import Target, aux_hidden_indices, forward_with_aux
 
 # Records per set; null: every record. GSM8K's test split has 1,319: its first 120 are the fixed sample.
@@ -37,6 +38,7 @@ class EvalRecord:
     prompt_ids: list[int]
     answer_ids: list[int]  # the target's greedy answer, its stop token included
     finished_by: str  # "stop" or "length"
+    home: Path | None = None  # the built set's cache folder (load_eval_set's): teacher_forced keeps features there
 
 
 @dataclass
@@ -162,17 +164,42 @@ def load_eval_set(home) -> list[EvalRecord]:
                     prompt_ids=require(row, "prompt_ids", where, list),
                     answer_ids=require(row, "answer_ids", where, list),
                     finished_by=require(row, "finished_by", where, str),
+                    home=Path(home),
                 )
             )
     return records
 
 
+def features_folder(target: Target, records: list[EvalRecord], indices: list[int]) -> Path | None:
+    """Where the teacher-forced features of records from one built set are kept: under its home, keyed by the target's
+    weights, dtype and device kind and the layers read (None for records of no single built set)."""
+    homes = {record.home for record in records}
+    if len(homes) != 1 or None in homes:
+        return None
+    from eagle3lab.train.features import target_fingerprint
+
+    parameter = next(target.model.parameters())
+    key = {"target_fingerprint": target_fingerprint(target), "dtype": str(parameter.dtype), "layers": indices}
+    key["device"] = parameter.device.type
+    folder = homes.pop() / "features" / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    if not (folder / "key.json").exists():  # what the digest stands for, for a person reading the cache
+        write_json(folder / "key.json", key)
+    return folder
+
+
 def teacher_forced(target: Target, records: list[EvalRecord], layer_ids: list[int] | None) -> Iterator[TeacherForced]:
     """Each record's target features along prompt + answer (float32, on the CPU), the answer cut where the
-    target's own argmax first disagrees with it."""
+    target's own argmax first disagrees with it. Records of a built set keep them in its cache (`features_folder`),
+    one file per record written atomically: the target forward is most of a draft's scoring and the same for every
+    draft, so the next draft scored on this machine reads them (bitwise what the forward gave)."""
     indices = aux_hidden_indices(target.num_layers, layer_ids)
     device = next(target.model.parameters()).device
+    cache = features_folder(target, records, indices)
     for record in records:
+        kept = cache and cache / f"{quote(record.id, safe='')}.pt"
+        if kept and kept.exists():
+            yield TeacherForced(record, **torch.load(kept, weights_only=True))
+            continue
         ids = torch.tensor(record.prompt_ids + record.answer_ids, dtype=torch.long)
         start = len(record.prompt_ids)
         with torch.inference_mode():
@@ -180,9 +207,16 @@ def teacher_forced(target: Target, records: list[EvalRecord], layer_ids: list[in
             argmax = target.model.lm_head(out.final[0, start - 1 : -1]).argmax(-1).cpu()  # the answer's rows only
         disagree = (argmax != ids[start:]).nonzero()
         n = int(disagree[0]) if len(disagree) else len(record.answer_ids)
-        yield TeacherForced(
-            record, ids[: start + n], out.aux[0, : start + n].float().cpu(), n, n < len(record.answer_ids)
-        )
+        forced = {
+            "ids": ids[: start + n],
+            "aux": out.aux[0, : start + n].float().cpu(),
+            "answer_tokens": n,
+            "cut": n < len(record.answer_ids),
+        }
+        if kept:
+            with atomic_path(kept) as tmp:
+                torch.save(forced, tmp)
+        yield TeacherForced(record, **forced)
 
 
 def summary(records: list[EvalRecord]) -> dict:

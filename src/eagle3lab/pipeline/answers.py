@@ -14,7 +14,6 @@ where it ran.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import json
@@ -28,7 +27,7 @@ from eagle3lab import paths
 from eagle3lab.devices import resolve_dtype
 from eagle3lab.io import InputError, RunFailed, command, write_json
 from eagle3lab.pipeline import machine, repro_log
-from eagle3lab.pipeline.stages import SHARED_SECTION, check_params, load_params
+from eagle3lab.pipeline.stages import SHARED_SECTION, cell_arguments, check_params, load_params
 from eagle3lab.regen.files import RunFiles
 from eagle3lab.regen.run import regenerate
 from eagle3lab.regen.settings import RegenSettings, resolve_backend
@@ -184,10 +183,7 @@ def _progress_field(progress: Path, field: str):
 
 @command("python -m eagle3lab.pipeline.answers")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.answers", description=__doc__.split("\n\n")[0])
-    parser.add_argument("cell", help="a cell of params.yaml's answers.cells, e.g. train-000")
-    parser.add_argument("--params", type=Path, default=None, help="params file (default: params.yaml at the repo root)")
-    args = parser.parse_args(argv)
+    args = cell_arguments("answers", __doc__, argv, "a cell of params.yaml's answers.cells, e.g. train-000")
     record = run_cell(args.cell, args.params)
     print(
         f"answers {args.cell}: {record['success']} answered, {record['skipped']} skipped of {record['prompts']} "

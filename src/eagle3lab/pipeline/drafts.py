@@ -15,7 +15,6 @@ what it needs and never invalidates a cell by lacking them.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
@@ -25,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle3lab import paths
-from eagle3lab.io import InputError, command, read_jsonl, write_json, write_jsonl
+from eagle3lab.io import InputError, command, read_jsonl, sha256_file, write_json, write_jsonl
 from eagle3lab.pipeline import machine, repro_log
-from eagle3lab.pipeline.stages import SHARED_SECTION, check_params, execute, load_params
+from eagle3lab.pipeline.stages import SHARED_SECTION, cell_arguments, check_params, execute, load_params
 
 SECTION = "drafts"
 NOTEBOOK = "cells/draft.ipynb"  # under notebooks/
@@ -142,8 +141,7 @@ class DraftCell:
         folder = self.artifacts / "train" / run.name
         digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode())
         for name in files:
-            with (paths.ROOT / name).open("rb") as f:
-                digest.update(hashlib.file_digest(f, "sha256").digest())
+            digest.update(sha256_file(paths.ROOT / name).encode())
         mark = folder.with_name(f"{run.name}.fingerprint")
         if folder.exists() and (not mark.exists() or mark.read_text() != digest.hexdigest()):
             print(f"{folder}: trained on other inputs than this cell's: starting over")
@@ -254,19 +252,14 @@ def _grid_plan(params: dict, where: str) -> dict:
 
 @command("python -m eagle3lab.pipeline.drafts")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.drafts", description=__doc__.split("\n\n")[0])
-    parser.add_argument("cell", help="a name of params.yaml's drafts.cells, e.g. scale-00022")
-    parser.add_argument("--params", type=Path, default=None, help="params file (default: params.yaml at the repo root)")
-    args = parser.parse_args(argv)
-    params_file = Path(args.params or paths.PARAMS)
-    cell_of(args.cell, params_file)  # a bad cell is named before papermill starts a kernel
+    args = cell_arguments("drafts", __doc__, argv, "a name of params.yaml's drafts.cells, e.g. scale-00022")
+    cell = cell_of(args.cell, args.params)  # a bad cell is named before papermill starts a kernel
     started = time.monotonic()
-    parameters = {"draft": args.cell, "params_file": str(params_file)}
+    parameters = {"draft": args.cell, "params_file": str(args.params)}
     report = paths.REPORTS / "drafts" / f"{args.cell}.ipynb"
     out = execute(paths.NOTEBOOKS / NOTEBOOK, parameters, report, f"cell '{SECTION}@{args.cell}'")
     repro_log.stage(f"{SECTION}@{args.cell}", time.monotonic() - started)
-    record = cell_of(args.cell, params_file).record
-    print(f"drafts {args.cell}: {record.relative_to(paths.ROOT)}, report {out.relative_to(paths.ROOT)}")
+    print(f"drafts {args.cell}: {cell.record.relative_to(paths.ROOT)}, report {out.relative_to(paths.ROOT)}")
     return 0
 
 

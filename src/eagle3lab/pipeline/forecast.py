@@ -10,7 +10,6 @@ chain's ceiling is the sweep's depth + 1 (`benchmark.sweep_config`, where the ce
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -22,7 +21,7 @@ from eagle3lab.decoding.config import SpecConfig
 from eagle3lab.io import InputError, command, require, write_json
 from eagle3lab.pipeline import repro_log
 from eagle3lab.pipeline.drafts import RECORDS, SECTION
-from eagle3lab.pipeline.stages import check_params, execute, load_params
+from eagle3lab.pipeline.stages import cell_arguments, check_params, execute, load_params
 
 STAGE = "forecast"
 NOTEBOOK = "cells/forecast.ipynb"  # under notebooks/
@@ -102,9 +101,7 @@ def figure(result: dict, path: Path) -> Path:
 
 @command("python -m eagle3lab.pipeline.forecast")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.forecast", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", type=Path, default=None, help="params file (default: params.yaml at the repo root)")
-    params_file = Path(parser.parse_args(argv).params or paths.PARAMS)
+    params_file = cell_arguments("forecast", __doc__, argv).params
     settings(params_file)  # bad settings are named before papermill starts a kernel
     started = time.monotonic()
     report = paths.REPORTS / f"{STAGE}.ipynb"

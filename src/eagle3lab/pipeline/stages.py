@@ -279,6 +279,18 @@ def execute(notebook: Path, values: dict, output: Path, label: str) -> Path:
     return output
 
 
+def cell_arguments(module: str, doc: str, argv: list[str] | None, cell_help: str | None = None) -> argparse.Namespace:
+    """The command line the grid's cells and the stages reading them share, `python -m eagle3lab.pipeline.MODULE
+    [CELL] [--params P]`, with the params file resolved (default: params.yaml at the repository root)."""
+    parser = argparse.ArgumentParser(prog=f"python -m eagle3lab.pipeline.{module}", description=doc.split("\n\n")[0])
+    if cell_help:
+        parser.add_argument("cell", help=cell_help)
+    parser.add_argument("--params", type=Path, default=None, help="params file (default: params.yaml at the repo root)")
+    args = parser.parse_args(argv)
+    args.params = Path(args.params or paths.PARAMS)
+    return args
+
+
 @command("eagle3lab stage")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.stages", description=__doc__.split("\n\n")[0])
