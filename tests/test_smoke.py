@@ -20,6 +20,16 @@ def test_dvc_stages_are_the_notebooks_and_the_grid_cells():
     assert set(smoke.pipeline_stages()) == notebooks | {"answers", "drafts", "forecast"}
 
 
+def test_dvc_yaml_lists_every_cell_after_the_cells_it_reads(tmp_path):
+    """The smoke run (and a reader) takes dvc.yaml's order as the run's: it must be one DVC's graph allows."""
+    from dvc.repo import Repo
+
+    order = list(smoke.pipeline_cells(smoke.prepare_root(tmp_path)))
+    with Repo(str(tmp_path)) as repo:
+        edges = [(a.addressing, b.addressing) for a, b in repo.index.graph.edges]  # a reads what b writes
+    assert edges and all(order.index(b) < order.index(a) for a, b in edges if a in order and b in order)
+
+
 def test_the_smoke_root_resolves_the_grid_from_the_smoke_params_and_a_stage_names_its_cells(tmp_path):
     cells = smoke.pipeline_cells(smoke.prepare_root(tmp_path))
     answers = {c: cmd for c, cmd in cells.items() if c.startswith("answers@")}
