@@ -26,8 +26,8 @@ def test_dvc_yaml_lists_every_cell_after_the_cells_it_reads(tmp_path):
 
     order = list(smoke.pipeline_cells(smoke.prepare_root(tmp_path)))
     with Repo(str(tmp_path)) as repo:
-        edges = [(a.addressing, b.addressing) for a, b in repo.index.graph.edges]  # a reads what b writes
-    assert edges and all(order.index(b) < order.index(a) for a, b in edges if a in order and b in order)
+        edges = [(a.name, b.name) for a, b in repo.index.graph.edges]  # a reads what b writes
+    assert len(edges) > 20 and all(order.index(b) < order.index(a) for a, b in edges)
 
 
 def test_the_smoke_root_resolves_the_grid_from_the_smoke_params_and_a_stage_names_its_cells(tmp_path):
