@@ -99,6 +99,22 @@ def test_a_file_on_one_side_only_is_a_difference(tmp_path, capsys):
     assert "metrics/tune.json: only in B" in capsys.readouterr().out
 
 
+def test_the_evaluation_sets_feature_cache_on_one_side_only_is_no_difference_but_its_answers_are(tmp_path, capsys):
+    checkout = tmp_path / "checkout"
+    (checkout / "notebooks").mkdir(parents=True)
+    a, b = fake_root(tmp_path / "a", checkout), fake_root(tmp_path / "b", checkout)
+    for root in (a, b):
+        (root / "artifacts" / "eval" / "85589342c252cd0c").mkdir(parents=True)
+        (root / "artifacts" / "eval" / "85589342c252cd0c" / "turn1.jsonl").write_text('{"id": "a"}\n')
+    kept = b / "artifacts" / "eval" / "85589342c252cd0c" / "features" / "9bd8e33f357f3b29"
+    kept.mkdir(parents=True)
+    (kept / "key.json").write_text('{"layers": [2, 15, 27]}')
+    assert smoke_compare.main([str(a), str(b)]) == 0
+    (b / "artifacts" / "eval" / "85589342c252cd0c" / "turn1.jsonl").write_text('{"id": "b"}\n')
+    assert smoke_compare.main([str(a), str(b)]) == 1
+    assert "artifacts/eval/85589342c252cd0c/turn1.jsonl" in capsys.readouterr().out
+
+
 def test_a_folder_that_is_not_a_smoke_root_is_bad_usage(tmp_path, capsys):
     checkout = tmp_path / "checkout"
     (checkout / "notebooks").mkdir(parents=True)

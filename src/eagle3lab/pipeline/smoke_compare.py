@@ -63,6 +63,9 @@ SPEED_FINDING = "accept_length_needed"
 # the cache are compared bitwise, the records themselves as a set.
 CACHES = ("artifacts/features/", "artifacts/grid/features/")
 CACHE_PATH = re.compile(r"<root>/artifacts/(?:grid/)?features/[0-9a-f]+")
+# The evaluation set's teacher-forced features (benchmark.eval_set.features_folder): a cache of the target forward the
+# scored drafts share, kept beside the set's answers (which are compared) by a run of the code that keeps them.
+EVAL_FEATURES = re.compile(r"artifacts/eval/[0-9a-f]+/features/")
 
 
 def is_timing(name: str) -> bool:
@@ -122,7 +125,9 @@ def normaliser(root: Path):
 def outputs(root: Path) -> set[str]:
     found = {str(p.relative_to(root)) for folder in COMPARED for p in (root / folder).rglob("*") if p.is_file()}
     found = {rel for rel in found if not (rel.startswith("answers/") and rel.endswith(ANSWERS_RUN_FILES))}
-    return {rel for rel in found if is_result(Path(rel)) and not rel.startswith(CACHES)}
+    return {
+        rel for rel in found if is_result(Path(rel)) and not rel.startswith(CACHES) and not EVAL_FEATURES.match(rel)
+    }
 
 
 def short(value) -> str:
