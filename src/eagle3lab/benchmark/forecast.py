@@ -247,12 +247,12 @@ def break_even(curve: Curve, form: Form, taus: dict, ceiling: float, boot: int, 
     point = form.curve(curve.sizes, curve.means(), grid, ceiling)
     bet = largest * DATA_BET
     drawn = [curve.draws(np.random.default_rng(seed), boot) for seed in seeds]
-    curves = [form.curve(curve.sizes, draws, grid, ceiling) for draws in drawn]
+    first_curves = form.curve(curve.sizes, drawn[0], grid, ceiling)  # the interval reported is the first seed's
     at_bet = [form.predict(curve.sizes, draws, bet, ceiling) for draws in drawn]
     out = {}
     for engine, tau in taus.items():
         size = float(_first_reaching(point, grid, tau)[0])
-        interval = quantiles(_first_reaching(curves[0], grid, tau), method="nearest")
+        interval = quantiles(_first_reaching(first_curves, grid, tau), method="nearest")
         verdicts = set()
         for values in at_bet:
             low, high = quantiles(values[~np.isnan(values)])
