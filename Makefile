@@ -80,10 +80,10 @@ repro: setup data model vllm llamacpp
 # A sitting's share of the run (eagle3lab.pipeline.carry): the stages whose inputs changed or that never ran, in DVC's
 # order, each started only when its estimate (its last record in metrics/cells/, else metrics/repro.log) fits the
 # minutes left of BUDGET (unset: no limit); each finished cell is committed before the next starts (its lock entry,
-# record and committed outputs only); exit 3 leaves the rest to the next sitting. The tables are rendered once every
-# stage is done.
+# record and committed outputs only); exit 3 leaves the rest to the next sitting. ONLY="costs forecast" narrows it to
+# those stages' cells (a quiet machine takes the timed ones). The tables are rendered once every stage is done.
 carry: setup data model vllm llamacpp
-	$(BIN)/python -m eagle3lab.pipeline.carry --commit $(if $(BUDGET),--budget $(BUDGET))
+	$(BIN)/python -m eagle3lab.pipeline.carry --commit $(if $(BUDGET),--budget $(BUDGET)) $(ONLY)
 	$(BIN)/python -m eagle3lab.pipeline.report
 
 smoke: setup data model llamacpp

@@ -153,6 +153,15 @@ def test_an_edited_first_input_plans_it_and_everything_downstream(repo):
     assert all(cell.estimate.source.startswith("its last run") for cell in cells)
 
 
+def test_named_stages_or_cells_narrow_the_plan_in_its_order(repo, capsys):
+    (repo / "in.txt").write_text("changed\n")
+    assert [cell.name for cell in carry.plan(repo, ["last", "middle"])] == ["middle@x", "middle@y", "last"]
+    assert [cell.name for cell in carry.plan(repo, ["middle@y"])] == ["middle@y"]
+    (repo / "in.txt").write_text("hello\n")
+    assert carry.main(["middle"]) == 0
+    assert "nothing to run among middle" in capsys.readouterr().out
+
+
 def test_a_cell_whose_estimate_exceeds_the_budget_is_not_started(repo, capsys):
     (repo / "in.txt").write_text("changed\n")
     _fake_record(repo, "first", STALE)

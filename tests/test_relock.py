@@ -109,6 +109,15 @@ def test_a_differing_output_refuses_and_leaves_the_lock(repo, tmp_path, capsys):
     assert (repo / "dvc.lock").read_text() == lock
 
 
+def test_a_stage_named_to_rerun_is_neither_compared_nor_relocked(repo, tmp_path, capsys):
+    before, after = smoke_root(tmp_path / "before", 1.41), smoke_root(tmp_path / "after", 1.42)
+    lock = (repo / "dvc.lock").read_text()
+    assert relock.main([str(before), str(after), "--rerun", "survey"]) == 0
+    assert (repo / "dvc.lock").read_text() == lock  # its old code stays locked: DVC reruns it
+    out = capsys.readouterr().out
+    assert "0 smoke outputs equal" in out and "left as locked, to rerun: survey" in out
+
+
 def test_a_new_dependency_that_is_not_code_needs_a_run(repo, tmp_path, capsys):
     (repo / "dvc.yaml").write_text(DVC_YAML.replace("      - data\n", "      - data\n      - artifacts/mixture\n"))
     before, after = smoke_root(tmp_path / "before", 1.41), smoke_root(tmp_path / "after", 1.41)

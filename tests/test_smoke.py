@@ -17,7 +17,7 @@ def test_smoke_params_have_the_same_keys_as_the_reference_params():
 
 def test_dvc_stages_are_the_notebooks_and_the_grid_cells():
     notebooks = {p.stem.split("_", 1)[1] for p in paths.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
-    assert set(smoke.pipeline_stages()) == notebooks | {"answers", "drafts", "forecast"}
+    assert set(smoke.pipeline_stages()) == notebooks | {"answers", "drafts", "costs", "forecast"}
 
 
 def test_dvc_yaml_lists_every_cell_after_the_cells_it_reads(tmp_path):
@@ -70,15 +70,26 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
         assert (tmp_path / "reports" / "drafts" / f"{name}.ipynb").exists(), name
     # stage 04 tunes the final draft: a decision, and the tuned config benchmarked beside the fixed ones
     assert metrics["tune"]["decision"] and "tuned" in metrics["benchmark"]
-    # the forecast reads the draft cells' records: the one EAGLE-3 scale, nothing below it to fit, so no form to test
+    # the grid's cost cells: every prompt timed by both systems in every repeat, in the engine each names
+    timed = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics" / "costs").glob("*.json")}
+    costs = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())["costs"]
+    assert {name: record["engine"] for name, record in timed.items()} == {
+        n: c["engine"] for n, c in costs["cells"].items()
+    }
+    for name, record in timed.items():
+        assert len(record["timings"]) == 2 * costs["repeats"] * costs["limit"] * len(costs["sets"]), name
+        assert record["break_even"]["accept_length_needed"] > 0 and record["chain"] == "1,3,1,4", name
+    # the forecast reads the draft cells' records: the one EAGLE-3 scale, nothing below it to fit, so no form to test;
+    # and it knows each engine's cost cells
     assert (
         metrics["forecast"]["sets"]["all"]["sizes"] == [8]
         and not metrics["forecast"]["sets"]["all"]["backtest"]["forms"]
     )
+    assert metrics["forecast"]["costs"] == {"local": ["local-first", "local-second"], "llamacpp": ["llamacpp-first"]}
     assert (tmp_path / "reports" / "forecast.ipynb").exists() and (
         tmp_path / "figures" / "forecast_backtest.png"
     ).exists()
-    for stage in (s for s in smoke.pipeline_stages() if s not in ("answers", "drafts", "forecast")):  # the grid's own
+    for stage in (s for s in smoke.pipeline_stages() if s not in ("answers", "drafts", "costs", "forecast")):  # grid's
         assert list((tmp_path / "reports").glob(f"*_{stage}.ipynb")), f"no executed notebook for {stage}"
     # the wrong flag is caught by the doctor and, measured, contributes nothing
     diagnosis = metrics["diagnosis"]

@@ -14,7 +14,9 @@ verdict on a backtest (the measured value inside the predicted interval or not) 
 
 The chosen form, fitted on every scale measured, then answers the seeds' question per engine: the conversations at
 which it reaches that engine's break-even accept length, and whether ten times the largest scale would get there. Both
-are projections past the data and labelled so; the costs behind break-even carry no noise of their own yet.
+are projections past the data and labelled so. The accept length each engine needs comes from the grid's cost cells
+(`benchmark.timed_costs`: every timing kept), so break-even's interval carries timing noise too, and each engine's two
+cells, measured in separate processes, show whether it holds from one measurement to the next.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from eagle3lab.benchmark.scaling import EXPONENT_BOUNDS, LEVEL, quantiles
+from eagle3lab.benchmark.timed_costs import TimedCosts
 from eagle3lab.io import InputError, require
 
 ALL = "all"  # every prompt of the evaluation set, beside each set
@@ -222,9 +225,10 @@ def backtest(curve: Curve, held_out: int, ceiling: float, boot: int, seeds: list
     return {"held_out": held_out, "fitted_on": curve.sizes[:k], "measured": float(means[k]), "forms": forms}
 
 
-def _first_reaching(curves: np.ndarray, grid: np.ndarray, tau: float) -> np.ndarray:
-    """Per row of curves [draws, grid], the first size of `grid` where it reaches tau (inf where it never does)."""
-    reached = curves >= tau
+def _first_reaching(curves: np.ndarray, grid: np.ndarray, taus) -> np.ndarray:
+    """Per row of curves [draws, grid], the first size of `grid` where it reaches that row's tau (one tau for every
+    row, or one per row; inf where it never does)."""
+    reached = curves >= np.reshape(taus, (-1, 1))
     return np.where(reached.any(axis=1), grid[reached.argmax(axis=1)], np.inf)
 
 
@@ -236,12 +240,22 @@ def _reading(size: float, sizes: list[int]) -> float | str:
     return BEYOND_CURVE if size > max(sizes) * REACH else float(size)
 
 
-def break_even(curve: Curve, form: Form, taus: dict, ceiling: float, boot: int, seeds: list[int]) -> dict:
-    """Per engine (taus: engine -> the accept length it needs to break even), the conversations at which `form`,
-    fitted on every measured scale, reaches it, with its interval (the first bootstrap seed's), and the accept length
-    it forecasts at DATA_BET times the largest scale with the verdict against break-even under every bootstrap seed:
-    `reaches` (the interval above), `falls short` (below), `cannot say` (across it), `borderline` (the verdict
-    changes with the seed). Past the largest scale every reading is a projection, labelled so."""
+def _verdict(low: float, high: float) -> str:
+    """Ten times the data against break-even, from the interval of (forecast accept length - accept length needed)."""
+    return "reaches" if low >= 0 else "falls short" if high < 0 else "cannot say"
+
+
+def break_even(
+    curve: Curve, form: Form, costs: dict[str, list[TimedCosts]], ceiling: float, boot: int, seeds: list[int]
+) -> dict:
+    """Per engine and cost cell (costs: engine -> its cells' timings), the accept length that engine needs to break
+    even and the conversations at which `form`, fitted on every measured scale, reaches it, each with its interval
+    (the first bootstrap seed's): each draw pairs a draw of the curve (prompts and training seeds) with a draw of the
+    cell's timings (prompts and timing repeats), so the interval carries timing noise beside prompt and seed noise.
+    Then the accept length forecast at DATA_BET times the largest scale, with the verdict on (forecast - needed) under
+    every bootstrap seed: `reaches` (its interval above zero), `falls short` (below), `cannot say` (across it),
+    `borderline` (the verdict changes with the seed). Per engine, `agreement` says whether its cells' intervals of
+    conversations overlap. Past the largest scale every reading is a projection, labelled so."""
     largest = max(curve.sizes)
     grid = np.geomspace(min(curve.sizes), largest * REACH, 400)
     point = form.curve(curve.sizes, curve.means(), grid, ceiling)
@@ -250,23 +264,41 @@ def break_even(curve: Curve, form: Form, taus: dict, ceiling: float, boot: int, 
     first_curves = form.curve(curve.sizes, drawn[0], grid, ceiling)  # the interval reported is the first seed's
     at_bet = [form.predict(curve.sizes, draws, bet, ceiling) for draws in drawn]
     out = {}
-    for engine, tau in taus.items():
-        size = float(_first_reaching(point, grid, tau)[0])
-        interval = quantiles(_first_reaching(first_curves, grid, tau), method="nearest")
-        verdicts = set()
-        for values in at_bet:
-            low, high = quantiles(values[~np.isnan(values)])
-            verdicts.add("reaches" if low >= tau else "falls short" if high < tau else "cannot say")
+    for engine, cells in costs.items():
+        readings, raw = {}, []
+        for index, cell in enumerate(cells):
+            # each cell its own stream: two cells timed on the same prompts must not resample them alike
+            tau_draws = [cell.draws(np.random.default_rng((seed, index)), boot) for seed in seeds]
+            tau = cell.break_even()
+            sizes = _first_reaching(first_curves, grid, tau_draws[0])
+            raw.append(quantiles(sizes, method="nearest"))
+            size = float(_first_reaching(point, grid, tau)[0])
+            verdicts = set()
+            for values, taus in zip(at_bet, tau_draws):
+                kept = ~np.isnan(values)
+                verdicts.add(_verdict(*quantiles(values[kept] - taus[kept])))
+            readings[cell.cell] = {
+                "accept_length_needed": tau,
+                "accept_length_needed_interval": quantiles(tau_draws[0]),
+                "timings": {"prompts": cell.prompts, "repeats": cell.repeats},
+                "conversations": _reading(size, curve.sizes),
+                "interval": [_reading(x, curve.sizes) for x in raw[-1]],
+                "projected": size > largest,  # past the data: a projection of the form chosen
+                "at_data_bet": {
+                    "conversations": bet,
+                    "accept_length": float(form.predict(curve.sizes, curve.means(), bet, ceiling)[0]),
+                    "interval": quantiles(at_bet[0][~np.isnan(at_bet[0])]),
+                    "verdict": verdicts.pop() if len(verdicts) == 1 else "borderline",
+                },
+            }
         out[engine] = {
-            "accept_length_needed": tau,
-            "conversations": _reading(size, curve.sizes),
-            "interval": [_reading(x, curve.sizes) for x in interval],
-            "projected": size > largest,  # past the data: a projection of the form chosen
-            "at_data_bet": {
-                "conversations": bet,
-                "accept_length": float(form.predict(curve.sizes, curve.means(), bet, ceiling)[0]),
-                "interval": quantiles(at_bet[0][~np.isnan(at_bet[0])]),
-                "verdict": verdicts.pop() if len(verdicts) == 1 else "borderline",
+            "cells": readings,
+            "agreement": {
+                "accept_length_needed": [r["accept_length_needed"] for r in readings.values()],
+                # the measurements agree where their intervals of conversations overlap (inf: never reached)
+                "intervals_overlap": max(low for low, _ in raw) <= min(high for _, high in raw)
+                if len(raw) > 1
+                else None,
             },
         }
     return out
@@ -291,10 +323,12 @@ def plateau(drafts: list[dict]) -> list[dict]:
     return rows
 
 
-def forecast(folder: Path, *, held_out: int, ceiling: float, boot: int, seeds: list[int], taus: dict) -> dict:
+def forecast(
+    folder: Path, *, held_out: int, ceiling: float, boot: int, seeds: list[int], costs: dict[str, list[TimedCosts]]
+) -> dict:
     """metrics/forecast.json: the plateau table, and per set the curve's means, each form's rolling errors and the
     chosen form, the backtest of `held_out` from the scales below it (None until that scale is measured), and each
-    engine's break-even read off the chosen form on every scale (`taus`: engine -> the accept length it needs)."""
+    engine's break-even read off the chosen form on every scale (`costs`: engine -> its cost cells' timings)."""
     drafts = read_records(folder)
     if not drafts:
         raise InputError(f"{folder}: no record of a draft on regenerated answers (the grid's scale cells)")
@@ -311,6 +345,13 @@ def forecast(folder: Path, *, held_out: int, ceiling: float, boot: int, seeds: l
             "chosen": chosen,
             "why": why,
             "backtest": backtest(curve, held_out, ceiling, boot, seeds),
-            "break_even": chosen and break_even(curve, FORMS[chosen], taus, ceiling, boot, seeds),
+            "break_even": chosen and break_even(curve, FORMS[chosen], costs, ceiling, boot, seeds),
         }
-    return {"level": LEVEL, "boot": boot, "bootstrap_seeds": seeds, "plateau": plateau(drafts), "sets": sets}
+    return {
+        "level": LEVEL,
+        "boot": boot,
+        "bootstrap_seeds": seeds,
+        "plateau": plateau(drafts),
+        "costs": {engine: [cell.cell for cell in cells] for engine, cells in costs.items()},
+        "sets": sets,
+    }

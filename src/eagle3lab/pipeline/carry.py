@@ -1,6 +1,8 @@
-"""`python -m eagle3lab.pipeline.carry [--budget MINUTES] [--allow-unestimated] [--commit] [--dry]`: carry a run
-forward one sitting at a time, running only the cells (dvc.yaml's stages, foreach/matrix items included) whose inputs
-changed or that never ran, each started only when its estimate fits the minutes left.
+"""`python -m eagle3lab.pipeline.carry [STAGE|CELL ...] [--budget MINUTES] [--allow-unestimated] [--commit] [--dry]`:
+carry a run forward one sitting at a time, running only the cells (dvc.yaml's stages, foreach/matrix items included)
+whose inputs changed or that never ran, each started only when its estimate fits the minutes left. Named stages or
+cells narrow the plan to them, in its order: a sitting on a quiet machine can take the timed cells (`carry costs`)
+while another trains.
 
 `make repro` is one uninterrupted `dvc repro`, longer than a sitting on a slow machine. Here DVC itself decides what
 is to run (`dvc repro --allow-missing`'s plan and its test of each cell, every cell downstream of a changed one
@@ -177,9 +179,13 @@ def estimator(root: Path):
     return lambda name: estimate(root, name, reference, here)
 
 
-def plan(root: Path) -> list[Cell]:
+def plan(root: Path, only: list[str] | None = None) -> list[Cell]:
+    """The cells to run, in DVC's order; with `only` (stage or cell names), just those among them."""
     estimated = estimator(root)
-    return [Cell(name, estimated(name)) for name in planned_cells(root)]
+    names = planned_cells(root)
+    if only:
+        names = [name for name in names if name in only or name.split("@", 1)[0] in only]
+    return [Cell(name, estimated(name)) for name in names]
 
 
 def refusal(cell: Cell, left: float | None, allow_unestimated: bool) -> str | None:
@@ -313,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()  # the budget counts from here: planning is part of the sitting
     parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.carry", description=__doc__.split("\n\n")[0])
     parser.add_argument(
+        "only", nargs="*", metavar="STAGE|CELL", help="run only these stages' cells or these cells (default: all)"
+    )
+    parser.add_argument(
         "--budget", type=float, metavar="MINUTES", help="minutes this sitting may take (default: no limit)"
     )
     parser.add_argument(
@@ -328,9 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget is not None and args.budget <= 0:
         raise InputError(f"--budget {args.budget:g}: expected the minutes this sitting may take, above 0")
     root = paths.ROOT
-    cells = plan(root)
+    cells = plan(root, args.only)
     if not cells:
-        print("carry: nothing to run: every cell's inputs are as dvc.lock records them (absent outputs stay absent)")
+        named = f" among {', '.join(args.only)}" if args.only else ""
+        print(f"carry: nothing to run{named}: every cell's inputs are as dvc.lock records them (absent outputs stay)")
         return 0
     print(f"carry: {len(cells)} cell(s) to run on {machine.cpu_model()}")
     if args.dry:

@@ -1,8 +1,8 @@
 """`python -m eagle3lab.pipeline.forecast`: dvc.yaml's `forecast` stage, the data bet's backtested forecast from the
 grid's committed draft records (metrics/drafts/*.json) only: notebooks/cells/forecast.ipynb through papermill into
 reports/forecast.ipynb, writing metrics/forecast.json and figures/forecast_backtest.png (`benchmark.forecast` holds
-the science; this module its settings, record and figure). Each engine's break-even accept length is stage 05's
-(metrics/scaling.json, from stage 04's costs).
+the science; this module its settings, record and figure). Each engine's break-even accept length, with its timing
+noise, comes from the grid's cost cells (metrics/costs/*.json); an engine without a cost record has no break-even.
 
 Its settings are params.yaml's `drafts.forecast` (the grid's section: the forecast reads the grid's drafts), and the
 chain's ceiling is the sweep's depth + 1 (`benchmark.sweep_config`, where the cells score acceptance).
@@ -10,23 +10,23 @@ chain's ceiling is the sweep's depth + 1 (`benchmark.sweep_config`, where the ce
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 
 from eagle3lab import paths
 from eagle3lab.benchmark.forecast import forecast
+from eagle3lab.benchmark.timed_costs import read_cost_cells
 from eagle3lab.decoding.config import SpecConfig
 from eagle3lab.io import InputError, command, require, write_json
 from eagle3lab.pipeline import repro_log
+from eagle3lab.pipeline.costs import RECORDS as COSTS
 from eagle3lab.pipeline.drafts import RECORDS, SECTION
 from eagle3lab.pipeline.stages import cell_arguments, check_params, execute, load_params
 
 STAGE = "forecast"
 NOTEBOOK = "cells/forecast.ipynb"  # under notebooks/
 RECORD = "metrics/forecast.json"
-SCALING = "metrics/scaling.json"  # stage 05's: each engine's break-even accept length
 FIGURE = "figures/forecast_backtest.png"
 
 
@@ -44,27 +44,10 @@ def settings(params_file: Path) -> dict:
     return {"held_out": held_out, "boot": boot, "seeds": seeds, "ceiling": SpecConfig.parse(sweep).steps + 1}
 
 
-def break_even_taus(path: Path) -> dict[str, float]:
-    """Each engine's break-even accept length as stage 05 derived it from stage 04's measured costs (metrics/
-    scaling.json's `records_needed` rows at speedup 1: one per engine and set, the same accept length for every set)."""
-    try:
-        rows = require(json.loads(path.read_text()), "records_needed", str(path), list)
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: cannot read stage 05's record ({e})") from None
-    taus = {}
-    for i, row in enumerate(rows):
-        where = f"{path}: records_needed[{i}]"
-        if require(row, "speedup", where, (int, float)) == 1:
-            taus[require(row, "engine", where, str)] = require(row, "accept_length", where, (int, float))
-    if not taus:
-        raise InputError(f"{path}: records_needed: no engine's break-even (a row at speedup 1)")
-    return taus
-
-
 def run(params_file: str | Path) -> dict:
     """The forecast of the records committed now, written to metrics/forecast.json."""
-    taus = break_even_taus(paths.ROOT / SCALING)
-    result = forecast(paths.ROOT / RECORDS, **settings(Path(params_file)), taus=taus)
+    costs = read_cost_cells(paths.ROOT / COSTS)
+    result = forecast(paths.ROOT / RECORDS, **settings(Path(params_file)), costs=costs)
     write_json(paths.ROOT / RECORD, result)
     return result
 

@@ -8,7 +8,11 @@ dvc.yaml) are left to run, and what they write proves nothing about the locked o
 Only what the repository commits and no stage writes is rewritten: the code a stage runs (its notebook and its `src/`
 dependencies, dvc.yaml's list) and the committed drafts folder, each hashed by DVC itself; data, params and other
 stages' outputs stay as the reference run locked them. `dvc commit` would do the same but needs every output in the
-workspace, which a clone without the run's cache lacks."""
+workspace, which a clone without the run's cache lacks.
+
+`--rerun STAGE ...` names locked stages the change does alter (their code is new, and they run next): their outputs
+are not compared and their lock entries stay as they are, so DVC still sees them changed and reruns them, while the
+rest are relocked."""
 
 from __future__ import annotations
 
@@ -43,15 +47,23 @@ def lock_yaml() -> YAML:
     return yaml
 
 
-def relocked(root: Path) -> tuple[dict, list[str], list[str]]:
+def _rerun(name: str, rerun: frozenset[str]) -> bool:
+    """Whether a stage or cell (`stage@item`) is one of the stages named to rerun."""
+    return name in rerun or name.partition("@")[0] in rerun
+
+
+def relocked(root: Path, rerun: frozenset[str] = frozenset()) -> tuple[dict, list[str], list[str]]:
     """dvc.lock with every locked stage's committed dependencies as dvc.yaml lists them now, hashed from the working
-    tree; the paths whose entry changed; and the cells dvc.lock has no entry for, which need a run."""
+    tree, but for the stages in `rerun` (left as locked); the paths whose entry changed; and the cells dvc.lock has
+    no entry for, which need a run."""
     lock = lock_yaml().load((root / "dvc.lock").read_text())
     changed, never_ran = [], []
     with Repo(str(root)) as repo:
         for stage in (s for s in repo.index.stages if isinstance(s, PipelineStage)):  # not data.dvc
             if stage.name not in lock["stages"]:
                 never_ran.append(stage.name)
+                continue
+            if _rerun(stage.name, rerun):
                 continue
             deps = [d for d in stage.deps if not isinstance(d, ParamsDependency)]  # params are locked as they were
             locked = lock["stages"][stage.name]["deps"]
@@ -73,11 +85,11 @@ def _outputs(root: Path, chosen) -> set[str]:
         return {out.def_path for stage in stages for out in stage.outs}
 
 
-def locked_outputs(root: Path, smoke_root: Path) -> set[str]:
+def locked_outputs(root: Path, smoke_root: Path, rerun: frozenset[str] = frozenset()) -> set[str]:
     """What a relock vouches for: the outputs of the stages dvc.lock holds, and, where a grid stage has a locked cell,
     the outputs of that stage's cells in the smoke root (its cells are named by the smoke parameters, so a locked
-    cell's own name may not be among them)."""
-    locked = set(lock_yaml().load((root / "dvc.lock").read_text())["stages"])
+    cell's own name may not be among them); the stages in `rerun` left out."""
+    locked = {name for name in lock_yaml().load((root / "dvc.lock").read_text())["stages"] if not _rerun(name, rerun)}
     grids = {name.partition("@")[0] for name in locked if "@" in name}
     mine = _outputs(root, lambda name: name in locked)
     if not (smoke_root / ".dvc").is_dir():  # a smoke root made before smoke roots were DVC projects: no grid cells
@@ -90,17 +102,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle3lab.pipeline.relock", description=__doc__.split("\n\n")[0])
     parser.add_argument("before", type=Path, help="smoke root made at the code dvc.lock records")
     parser.add_argument("after", type=Path, help="smoke root made at the current code, on the same machine")
+    parser.add_argument(
+        "--rerun", nargs="+", default=[], metavar="STAGE", help="locked stages the change alters: left to rerun"
+    )
     args = parser.parse_args(argv)
-    differences, compared = compare(args.before, args.after, within=locked_outputs(paths.ROOT, args.after))
+    rerun = frozenset(args.rerun)
+    differences, compared = compare(args.before, args.after, within=locked_outputs(paths.ROOT, args.after, rerun))
     if differences:
         print("\n".join(differences))
         print(f"relock refused: {len(differences)} of {compared} outputs differ; rerun the stages that make them")
         return 1
-    lock, changed, never_ran = relocked(paths.ROOT)
+    lock, changed, never_ran = relocked(paths.ROOT, rerun)
     with atomic_path(paths.ROOT / "dvc.lock") as tmp, open(tmp, "w") as f:
         lock_yaml().dump(lock, f)
     print(f"relock: {compared} smoke outputs equal; dvc.lock records the current code of {len(changed)} file(s)")
     print("\n".join(f"  {path}" for path in changed))
+    if rerun:
+        print(f"left as locked, to rerun: {', '.join(sorted(rerun))}")
     if never_ran:
         print(f"{len(never_ran)} cell(s) never ran and need a run (make carry): {', '.join(never_ran)}")
     return 0

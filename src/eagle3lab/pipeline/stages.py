@@ -32,6 +32,7 @@ OTHER_SECTIONS = {
     "sglang": "`eagle3lab sglang` (SGLang server settings, params/gpu-llama3-8b.yaml)",
     "answers": "`python -m eagle3lab.pipeline.answers` (the grid's regeneration cells, dvc.yaml's `answers`)",
     "drafts": "`python -m eagle3lab.pipeline.drafts` (the grid's draft cells, dvc.yaml's `drafts`)",
+    "costs": "`python -m eagle3lab.pipeline.costs` (the grid's cost cells, dvc.yaml's `costs`)",
 }
 
 
