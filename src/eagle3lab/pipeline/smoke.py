@@ -26,10 +26,10 @@ def pipeline_stages(dvc_file: Path | None = None) -> list[str]:
 
 
 def prepare_root(scratch: Path, params_file: Path = SMOKE_PARAMS) -> Path:
-    """A scratch repository root: shared notebooks, raw data, params/ (files that params name) and dvc.yaml, its own
-    params.yaml, DVC project and outputs."""
+    """A scratch repository root: shared notebooks, raw data, params/ (files that params name), the committed drafts
+    (a cost cell times one) and dvc.yaml, its own params.yaml, DVC project and outputs."""
     scratch.mkdir(parents=True, exist_ok=True)
-    for shared in ("notebooks", "data", "params", "dvc.yaml"):
+    for shared in ("notebooks", "data", "params", "drafts", "dvc.yaml"):
         link = scratch / shared
         if not link.is_symlink():
             link.symlink_to(paths.ROOT / shared)
