@@ -90,9 +90,9 @@ def _break_even_rows(forecast: dict) -> list[list]:
 def _forecast_lines(forecast: dict) -> list[str]:
     everything = forecast["sets"]["all"]
     lines = [
-        "Mean accept length over the seeds, all sets, per scale: "
+        "Accept length per scale, the mean over prompts (all sets) and seeds: "
         + ", ".join(
-            f"{n:,}: {m:.3f} ({k} seeds)"
+            f"{n:,}: {m:.3f} ({k} seed{'s' * (k != 1)})"
             for n, m, k in zip(everything["sizes"], everything["means"], everything["seeds"])
         )
         + ".",
