@@ -179,12 +179,15 @@ def estimator(root: Path):
     return lambda name: estimate(root, name, reference, here)
 
 
+def named(cell: str, names) -> bool:
+    """Whether a cell (`stage@item`, or a whole stage) is one of `names`, a stage's name standing for all its cells."""
+    return cell in names or cell.partition("@")[0] in names
+
+
 def plan(root: Path, only: list[str] | None = None) -> list[Cell]:
     """The cells to run, in DVC's order; with `only` (stage or cell names), just those among them."""
     estimated = estimator(root)
-    names = planned_cells(root)
-    if only:
-        names = [name for name in names if name in only or name.split("@", 1)[0] in only]
+    names = [name for name in planned_cells(root) if not only or named(name, only)]
     return [Cell(name, estimated(name)) for name in names]
 
 

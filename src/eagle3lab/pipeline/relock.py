@@ -27,6 +27,7 @@ from ruamel.yaml import YAML
 
 from eagle3lab import paths
 from eagle3lab.io import InputError, atomic_path, command
+from eagle3lab.pipeline.carry import named
 from eagle3lab.pipeline.smoke_compare import compare
 
 # what the repository commits and no stage writes: the package, the notebooks, the GPU-trained drafts
@@ -47,11 +48,6 @@ def lock_yaml() -> YAML:
     return yaml
 
 
-def _rerun(name: str, rerun: frozenset[str]) -> bool:
-    """Whether a stage or cell (`stage@item`) is one of the stages named to rerun."""
-    return name in rerun or name.partition("@")[0] in rerun
-
-
 def relocked(root: Path, rerun: frozenset[str] = frozenset()) -> tuple[dict, list[str], list[str]]:
     """dvc.lock with every locked stage's committed dependencies as dvc.yaml lists them now, hashed from the working
     tree, but for the stages in `rerun` (left as locked); the paths whose entry changed; and the cells dvc.lock has
@@ -63,7 +59,7 @@ def relocked(root: Path, rerun: frozenset[str] = frozenset()) -> tuple[dict, lis
             if stage.name not in lock["stages"]:
                 never_ran.append(stage.name)
                 continue
-            if _rerun(stage.name, rerun):
+            if named(stage.name, rerun):
                 continue
             deps = [d for d in stage.deps if not isinstance(d, ParamsDependency)]  # params are locked as they were
             locked = lock["stages"][stage.name]["deps"]
@@ -89,7 +85,7 @@ def locked_outputs(root: Path, smoke_root: Path, rerun: frozenset[str] = frozens
     """What a relock vouches for: the outputs of the stages dvc.lock holds, and, where a grid stage has a locked cell,
     the outputs of that stage's cells in the smoke root (its cells are named by the smoke parameters, so a locked
     cell's own name may not be among them); the stages in `rerun` left out."""
-    locked = {name for name in lock_yaml().load((root / "dvc.lock").read_text())["stages"] if not _rerun(name, rerun)}
+    locked = {name for name in lock_yaml().load((root / "dvc.lock").read_text())["stages"] if not named(name, rerun)}
     grids = {name.partition("@")[0] for name in locked if "@" in name}
     mine = _outputs(root, lambda name: name in locked)
     if not (smoke_root / ".dvc").is_dir():  # a smoke root made before smoke roots were DVC projects: no grid cells
