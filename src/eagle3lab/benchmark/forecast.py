@@ -263,6 +263,8 @@ def break_even(
     drawn = [curve.draws(np.random.default_rng(seed), boot) for seed in seeds]
     first_curves = form.curve(curve.sizes, drawn[0], grid, ceiling)  # the interval reported is the first seed's
     at_bet = [form.predict(curve.sizes, draws, bet, ceiling) for draws in drawn]
+    at_bet_point = float(form.predict(curve.sizes, curve.means(), bet, ceiling)[0])
+    at_bet_interval = quantiles(at_bet[0][~np.isnan(at_bet[0])])  # the forecast's own, whatever the engine
     out = {}
     for engine, cells in costs.items():
         readings, raw = {}, []
@@ -286,8 +288,8 @@ def break_even(
                 "projected": size > largest,  # past the data: a projection of the form chosen
                 "at_data_bet": {
                     "conversations": bet,
-                    "accept_length": float(form.predict(curve.sizes, curve.means(), bet, ceiling)[0]),
-                    "interval": quantiles(at_bet[0][~np.isnan(at_bet[0])]),
+                    "accept_length": at_bet_point,
+                    "interval": at_bet_interval,
                     "verdict": verdicts.pop() if len(verdicts) == 1 else "borderline",
                 },
             }
