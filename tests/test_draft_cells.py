@@ -29,15 +29,33 @@ def write_params(root, **section):
     (root / "params.yaml").write_text(yaml.safe_dump(params))
 
 
-def test_params_yaml_names_every_draft_of_the_grid_plan_once():
-    cells = REFERENCE["drafts"]["cells"]
-    t = REFERENCE["train_draft"] | REFERENCE["drafts"]["plan"]
+def planned(t: dict) -> list[str]:
+    """The names of the drafts a plan (train_draft's keys) places, as train.plan names them."""
     base = [f"scale-{n:05d}" for n in t["scales"]] + [f"original-{n:05d}" for n in t["original_scales"]]
     base += [
         f"{kind}-{t[key]:05d}" for kind, key in (("sampled", "sampled_scale"), ("dflash", "dflash_scale")) if t[key]
     ]
-    planned = base + [f"{name}-seed{k}" for k in range(1, t["seeds"]) for name in base]
-    assert len(cells) == len(set(cells)) and sorted(cells) == sorted(planned)
+    return base + [f"{name}-seed{k}" for k in range(1, t["seeds"]) for name in base]
+
+
+def test_params_yaml_names_every_draft_of_the_grid_plan_and_each_cell_is_a_draft_of_its_own_plan():
+    cells, plan = REFERENCE["drafts"]["cells"], REFERENCE["train_draft"] | REFERENCE["drafts"]["plan"]
+    assert set(planned(plan)) <= set(cells)  # the plan's own drafts (the curve), every one a cell
+    for name, own in cells.items():
+        assert name in planned(plan | own), f"{name}: no draft of its plan"
+        assert not own or name not in planned(plan), f"{name}: its own keys place what the plan already does"
+
+
+def test_a_cells_own_keys_place_its_draft_and_change_no_other_cells_plan(root):
+    write_params(root, cells={"scale-00022": {}, "original-00140": {"original_scales": [140]}})
+    assert drafts.cell_of("scale-00022").training == REFERENCE["train_draft"] | REFERENCE["drafts"]["plan"]
+    assert drafts.cell_of("original-00140").training["original_scales"] == [140]
+    write_params(root, cells={"original-00140": {"original_scale": [140]}})
+    with pytest.raises(InputError, match=r"`cells.original-00140`: \['original_scale'\] are no keys of section"):
+        drafts.cell_of("original-00140")
+    write_params(root, cells={"original-00140": [140]})
+    with pytest.raises(InputError, match=r"`cells.original-00140`: expected a mapping of train_draft's keys"):
+        drafts.cell_of("original-00140")
 
 
 def test_the_grid_plan_changes_train_drafts_keys_for_the_cells_only(root):
@@ -62,10 +80,13 @@ def test_a_cell_reads_its_sections_and_the_evaluation_keys(root):
 @pytest.mark.parametrize(
     "section, says",
     [
-        ({}, r"no cell 'nope' \(cells: scale-00022, scale-00022-seed1"),
-        ({"cells": {"nope": {}}}, r"expected the answers cells it trains on and a list `cells` of draft names"),
-        ({"cells": ["nope"], "val_answers": None}, r"`train_answers` \(a list of answers cells\) and `val_answers`"),
-        ({"cells": ["nope"], "plan": ["seeds"]}, r"`plan`: expected a mapping of train_draft's keys"),
+        ({}, r"no cell 'nope' \(cells: .*scale-00022, scale-00022-seed1"),
+        ({"cells": ["nope"]}, r"expected the answers cells it trains on and a mapping `cells` of draft names"),
+        (
+            {"cells": {"nope": {}}, "val_answers": None},
+            r"`train_answers` \(a list of answers cells\) and `val_answers`",
+        ),
+        ({"cells": {"nope": {}}, "plan": ["seeds"]}, r"`plan`: expected a mapping of train_draft's keys"),
     ],
 )
 def test_a_bad_cell_is_named_with_its_file_and_section(root, section, says):
@@ -89,7 +110,7 @@ def test_the_committed_answers_are_joined_in_their_cells_order_and_a_missing_cel
 
 
 def test_a_name_the_plan_does_not_hold_lists_the_plans_drafts(root):
-    write_params(root, cells=["scale-00023"], train_answers=["train-000"], sampled_answers=[])
+    write_params(root, cells={"scale-00023": {}}, train_answers=["train-000"], sampled_answers=[])
     mixture = [{"id": f"p{i}", "source": "sharegpt", "conversations": []} for i in range(3)]
     write_jsonl(root / "artifacts" / "mixture" / "train.jsonl", mixture)
     rows = [

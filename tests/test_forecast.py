@@ -126,6 +126,41 @@ def test_timing_noise_widens_break_even_and_two_cells_agree_only_where_their_int
     assert same["agreement"]["intervals_overlap"] is True and apart["agreement"]["intervals_overlap"] is False
     assert apart["agreement"]["accept_length_needed"] == pytest.approx([1.7, 1.9], abs=0.01)
     assert list(same["cells"]) == ["first", "second"]
+    pooled = apart[forecast.POOLED]  # the engine's reading: the cells' mean need, the spread between them carried
+    assert pooled["accept_length_needed"] == pytest.approx(1.8, abs=0.01)
+    assert pooled["accept_length_needed_interval"][0] < 1.75 and pooled["accept_length_needed_interval"][1] > 1.85
+
+
+def test_an_engines_need_pools_its_cells_with_the_spread_between_them_in_its_interval():
+    apart = [timed(1.7, noise=0.02), timed(1.9, noise=0.02, cell="second", rng_seed=1)]
+    same = [timed(1.8, noise=0.02), timed(1.8, noise=0.02, cell="second", rng_seed=1)]
+    said = forecast.needed({"apart": apart, "same": same, "one": apart[:1]}, boot=1000, seeds=[0, 1])
+    assert said["apart"]["accept_length_needed"] == pytest.approx(1.8, abs=0.01)
+    assert said["apart"]["intervals_overlap"] is False and said["same"]["intervals_overlap"] is True
+    assert said["one"]["intervals_overlap"] is None
+    low, high = said["apart"]["interval"]
+    own = said["apart"]["cells"]["first"]["interval"]
+    assert low < own[0] + 0.02 and high > 1.85  # the cells' disagreement widens the pooled interval past either one's
+    assert np.ptp(said["same"]["interval"]) < 0.5 * (high - low)  # cells that agree add little
+    assert said["one"]["interval"] == pytest.approx(own, abs=0.01)  # one cell: its own draws
+    assert said["apart"]["cells"]["first"]["timings"] == {"prompts": 24, "repeats": 3}
+
+
+def test_the_largest_scale_is_set_against_each_engines_need_before_any_form_is_chosen(tmp_path):
+    write_drafts(tmp_path, saturating)
+    for path in tmp_path.glob("*.json"):  # 22 and 55 conversations left: too few scales for a form
+        if json.loads(path.read_text())["records"] > 55:
+            path.unlink()
+    curve = forecast.curves(forecast.read_records(tmp_path))["all"]
+    assert curve.sizes == [22, 55]
+    said = forecast.largest_against_needed(curve, cost_cells({"below": 1.2, "above": 2.5}), boot=300, seeds=[0, 1])
+    assert said["below"]["verdict"] == "past break-even" and said["above"]["verdict"] == "short of it"
+    assert said["above"]["conversations"] == 55
+    assert said["above"]["difference"] == pytest.approx(curve.means()[-1] - 2.5)
+    low, high = said["above"]["interval"]
+    assert low < said["above"]["difference"] < high < 0
+    near = curve.means()[-1]
+    assert forecast.largest_against_needed(curve, cost_cells({"e": near}), 300, [0, 1])["e"]["verdict"] == "cannot say"
 
 
 def test_the_interval_carries_training_seeds_as_well_as_prompts(tmp_path):
@@ -270,3 +305,11 @@ def test_the_results_page_reads_the_data_bet_from_the_records(tmp_path, monkeypa
     assert f"| {reading['at_data_bet']['verdict']} | True |" in text
     backtest = everything["backtest"]["forms"]["saturating"]
     assert f"saturating {backtest['predicted']:.3f}: {backtest['verdict']}" in text
+    pooled = everything["break_even"]["vllm"][forecast.POOLED]
+    assert f"| all | vllm | pooled (2 cells) | {pooled['accept_length_needed']:.3f} [" in text
+    need, now = result["needed"]["vllm"], everything["largest_against_needed"]["vllm"]
+    assert (
+        f"| vllm | vllm-first, vllm-second | {need['accept_length_needed']:.3f} | "
+        f"[{need['interval'][0]:.3f}, {need['interval'][1]:.3f}] | True | 2,200 | {now['accept_length']:.3f} | "
+        f"{now['difference']:+.3f} [{now['interval'][0]:+.3f}, {now['interval'][1]:+.3f}] | {now['verdict']} |"
+    ) in text

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from eagle3lab import paths
+from eagle3lab.io import EXIT_BAD_INPUT
 from eagle3lab.pipeline import relock
 
 LOCK = """schema: '2.0'
@@ -94,7 +95,7 @@ def test_equal_smoke_roots_relock_the_code_entries_only(repo, tmp_path, capsys):
     )
     assert (repo / "dvc.lock").read_text() == expected  # data, params and outputs as they were, in DVC's layout
     out = capsys.readouterr().out
-    assert "dvc.lock records the current code of 3 file(s)" in out and "src/eagle3lab/gone.py" in out
+    assert "dvc.lock records 3 new entries (code, empty params)" in out and "src/eagle3lab/gone.py" in out
     assert (
         "modified"
         not in subprocess.run([sys.executable, "-m", "dvc", "status"], cwd=repo, capture_output=True, text=True).stdout
@@ -161,3 +162,21 @@ def test_a_new_cell_is_left_to_run_and_only_the_locked_stages_outputs_are_compar
     (after / "metrics" / "survey.json").unlink()  # a locked stage's output that only one root holds
     assert relock.main([str(before), str(after)]) == 1
     assert "metrics/survey.json: only in A" in capsys.readouterr().out
+
+
+def test_a_new_parameter_is_recorded_only_where_its_value_is_empty(repo, tmp_path, capsys):
+    (repo / "dvc.yaml").write_text(DVC_YAML.replace("params: [common]", "params: [common, cells.survey]"))
+    (repo / "params.yaml").write_text("common:\n  seed: 0\ncells:\n  survey: {}\n")
+    before, after = smoke_root(tmp_path / "before", 1.41), smoke_root(tmp_path / "after", 1.41)
+    assert relock.main([str(before), str(after)]) == 0
+    assert "params.yaml:cells.survey" in capsys.readouterr().out
+    status = subprocess.run([sys.executable, "-m", "dvc", "status"], cwd=repo, capture_output=True, text=True).stdout
+    assert "cells.survey" not in status  # DVC finds the new, empty parameter recorded
+    (repo / "params.yaml").write_text("common:\n  seed: 0\ncells:\n  survey: {original_scales: [140]}\n")
+    lock = (repo / "dvc.lock").read_text()
+    (repo / "dvc.lock").write_text(lock.replace("        cells.survey: {}\n", ""))
+    assert relock.main([str(before), str(after)]) == EXIT_BAD_INPUT
+    assert (repo / "dvc.lock").read_text() == lock.replace("        cells.survey: {}\n", "")  # left as it was
+    assert (
+        "stage 'survey': new parameter cells.survey = {'original_scales': [140]} needs a run" in capsys.readouterr().err
+    )

@@ -53,13 +53,44 @@ def _headline_figures() -> list[str]:
     return [f"{x:.2f}" for x in two] + [f"{llamacpp['tokens_per_s']:.1f}", f"{llamacpp['speedup_vs_local']:.1f}"]
 
 
+GRID_ENGINES = ("local", "vllm", "llamacpp")  # the order README's grid bullet names them in
+
+
+def _grid_figures() -> list[str]:
+    """README's answer to the seeds' question as the grid stands (metrics/forecast.json): each engine's need pooled
+    over its cost cells with its interval, then the largest scale's accept length (all sets)."""
+    forecast = _metrics("forecast")
+    needs = [forecast["needed"][engine] for engine in GRID_ENGINES]
+    now = forecast["sets"]["all"]["largest_against_needed"]["local"]
+    return [f"{x:.2f}" for need in needs for x in (need["accept_length_needed"], *need["interval"])] + [
+        f"{now['accept_length']:.2f}"
+    ]
+
+
+def _grid_phrases() -> list[str]:
+    """The grid bullet's words that the forecast decides: the largest scale, its verdicts, what the curve can say."""
+    forecast = _metrics("forecast")
+    everything = forecast["sets"]["all"]
+    verdicts = {e: everything["largest_against_needed"][e]["verdict"] for e in GRID_ENGINES}
+    phrases = [f"The largest scale trained so far, {everything['sizes'][-1]:,} conversations"]
+    if len(set(verdicts.values())) == 1:
+        phrases += [f"{verdicts['local']} in every engine"]
+    else:  # each engine's own
+        phrases += [f"{verdict} in {engine}" for engine, verdict in verdicts.items()]
+    if not everything["chosen"]:  # too few scales: the question's conversations cannot be read yet
+        phrases += [f"{len(everything['sizes'])} scales so far, no curve form can be chosen"]
+    return phrases
+
+
 def test_readme_headline_figures_are_the_committed_metrics():
     """README's headline states exactly the figures metrics/ holds, in order, and nothing else with decimals."""
     readme = (ROOT / "README.md").read_text()
     headline = readme.split(HEADLINE, 1)[1].split("\n## ", 1)[0]
     bench = _metrics("benchmark")
     scaling = _metrics("scaling")
-    assert _decimals(headline) == _headline_figures()
+    assert _decimals(headline) == _headline_figures() + _grid_figures()
+    for phrase in _grid_phrases():
+        assert phrase in " ".join(headline.split()), phrase
     assert f"`{bench['best_config']}`" in headline
     assert f"vLLM at {_size(_break_even(scaling, 'vllm')['figure'])} conversations" in headline
     assert f"({_size(_break_even(scaling, 'local')['figure'])} by the fit)" in headline

@@ -37,6 +37,8 @@ DATA_BET = 10  # the seeds' plan: ten times the data
 REACH = 10  # the furthest past the largest scale measured a forecast is read (a projection, labelled so)
 BEYOND_CURVE = "beyond what this curve can say"
 BELOW_CURVE = "at or below the smallest scale measured"
+POOLED = "pooled"  # an engine's cost cells together
+POOLED_STREAM = 10_000  # the pooled draws' random stream, apart from each cell's (seed, its index)
 
 
 # The saturating form's exponents tried: for each, `a` and `b` are a linear least-squares fit, so every bootstrap draw
@@ -126,16 +128,16 @@ class Curve:
         return out
 
 
-def read_records(folder: Path) -> list[dict]:
-    """The grid's EAGLE-3 drafts on regenerated answers (the scale curve) from their records, each checked for the
-    fields read here: an InputError names the file and field."""
+def read_records(folder: Path, responses: tuple[str, ...] = ("regenerated",)) -> list[dict]:
+    """The grid's EAGLE-3 drafts on these kinds of answers (regenerated: the scale curve) from their records, each
+    checked for the fields read here: an InputError names the file and field."""
     drafts = []
     for path in sorted(folder.glob("*.json")):
         try:
             record = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise InputError(f"{path}: not valid JSON ({e.msg})") from None
-        if require(record, "responses", str(path), str) != "regenerated" or record.get("drafter") != "eagle3":
+        if require(record, "responses", str(path), str) not in responses or record.get("drafter") != "eagle3":
             continue
         require(record, "records", str(path), int)
         training = require(record, "training", str(path), dict)
@@ -245,17 +247,102 @@ def _verdict(low: float, high: float) -> str:
     return "reaches" if low >= 0 else "falls short" if high < 0 else "cannot say"
 
 
+def pooled_draws(cells: list[TimedCosts], rng: np.random.Generator, count: int) -> np.ndarray:
+    """[count] draws of an engine's break-even over its cost cells, a two-stage bootstrap: the cells resampled (what
+    differs between measurements in separate processes, which one cell's own timings cannot show), then each drawn
+    cell's own draw (its prompts and timing repeats); each draw the mean of its cells. One cell: that cell's draws."""
+    slots = len(cells)
+    own = np.stack([np.stack([cell.draws(rng, count) for cell in cells]) for _ in range(slots)])  # [slot, cell, draw]
+    picked = rng.integers(0, slots, (count, slots))
+    return own[np.arange(slots), picked, np.arange(count)[:, None]].mean(axis=1)
+
+
+def pooled_need(cells: list[TimedCosts]) -> float:
+    """An engine's break-even accept length over its cost cells: their mean (each measurement weighs the same)."""
+    return float(np.mean([cell.break_even() for cell in cells]))
+
+
+def _tau_draws(cells: list[TimedCosts], boot: int, seeds: list[int]) -> dict[str, list[np.ndarray]]:
+    """Per cost cell, and POOLED over the engine's cells, its break-even draws under each bootstrap seed."""
+    draws = {
+        # each cell its own stream: two cells timed on the same prompts must not resample them alike
+        cell.cell: [cell.draws(np.random.default_rng((seed, index)), boot) for seed in seeds]
+        for index, cell in enumerate(cells)
+    }
+    draws[POOLED] = [pooled_draws(cells, np.random.default_rng((seed, POOLED_STREAM)), boot) for seed in seeds]
+    return draws
+
+
+def _stable_verdict(differences: list[np.ndarray], verdict) -> str:
+    """`verdict` of each bootstrap seed's interval of differences; `borderline` where the seeds disagree."""
+    said = {verdict(*quantiles(d[~np.isnan(d)])) for d in differences}
+    return said.pop() if len(said) == 1 else "borderline"
+
+
+def needed(costs: dict[str, list[TimedCosts]], boot: int, seeds: list[int]) -> dict:
+    """Per engine, the accept length its cost cells say it needs to break even: each cell's with its interval
+    (prompts and timing repeats), whether the cells' intervals overlap (do separate measurements agree?), and the
+    engine's, pooled over its cells (their mean; the interval also resamples the cells), the figure a forecast reads."""
+    out = {}
+    for engine, cells in costs.items():
+        draws = _tau_draws(cells, boot, seeds)
+        intervals = [quantiles(draws[cell.cell][0]) for cell in cells]
+        out[engine] = {
+            "cells": {
+                cell.cell: {
+                    "accept_length_needed": cell.break_even(),
+                    "interval": interval,
+                    "timings": {"prompts": cell.prompts, "repeats": cell.repeats},
+                }
+                for cell, interval in zip(cells, intervals)
+            },
+            "intervals_overlap": max(low for low, _ in intervals) <= min(high for _, high in intervals)
+            if len(cells) > 1
+            else None,
+            "accept_length_needed": pooled_need(cells),
+            "interval": quantiles(draws[POOLED][0]),
+        }
+    return out
+
+
+def largest_against_needed(curve: Curve, costs: dict[str, list[TimedCosts]], boot: int, seeds: list[int]) -> dict:
+    """What the data measured so far says before any form is chosen: per engine, the largest scale's accept length
+    (mean over its seeds and prompts) minus the accept length the engine needs (pooled over its cost cells), with the
+    interval of each bootstrap seed's draws (prompts and training seeds against prompts, repeats and cells) and its
+    verdict: `past break-even`, `short of it`, `cannot say`, or `borderline` where the bootstrap seed decides."""
+    largest = len(curve.sizes) - 1
+    measured = [curve.draws(np.random.default_rng(seed), boot)[:, largest] for seed in seeds]
+    out = {}
+    for engine, cells in costs.items():
+        taus = _tau_draws(cells, boot, seeds)[POOLED]
+        differences = [m - t for m, t in zip(measured, taus)]
+        needed_point = pooled_need(cells)
+        out[engine] = {
+            "conversations": curve.sizes[largest],
+            "accept_length": float(curve.means()[largest]),
+            "accept_length_needed": needed_point,
+            "difference": float(curve.means()[largest]) - needed_point,
+            "interval": quantiles(differences[0]),
+            "verdict": _stable_verdict(
+                differences,
+                lambda low, high: "past break-even" if low > 0 else "short of it" if high < 0 else "cannot say",
+            ),
+        }
+    return out
+
+
 def break_even(
     curve: Curve, form: Form, costs: dict[str, list[TimedCosts]], ceiling: float, boot: int, seeds: list[int]
 ) -> dict:
-    """Per engine and cost cell (costs: engine -> its cells' timings), the accept length that engine needs to break
-    even and the conversations at which `form`, fitted on every measured scale, reaches it, each with its interval
-    (the first bootstrap seed's): each draw pairs a draw of the curve (prompts and training seeds) with a draw of the
-    cell's timings (prompts and timing repeats), so the interval carries timing noise beside prompt and seed noise.
-    Then the accept length forecast at DATA_BET times the largest scale, with the verdict on (forecast - needed) under
-    every bootstrap seed: `reaches` (its interval above zero), `falls short` (below), `cannot say` (across it),
-    `borderline` (the verdict changes with the seed). Per engine, `agreement` says whether its cells' intervals of
-    conversations overlap. Past the largest scale every reading is a projection, labelled so."""
+    """Per engine, for each of its cost cells and POOLED over them (costs: engine -> its cells' timings), the accept
+    length that engine needs to break even and the conversations at which `form`, fitted on every measured scale,
+    reaches it, each with its interval (the first bootstrap seed's): each draw pairs a draw of the curve (prompts and
+    training seeds) with a draw of the costs (prompts, timing repeats and, pooled, the cells), so the interval carries
+    timing noise beside prompt and seed noise. Then the accept length forecast at DATA_BET times the largest scale,
+    with the verdict on (forecast - needed) under every bootstrap seed: `reaches` (its interval above zero), `falls
+    short` (below), `cannot say` (across it), `borderline` (the verdict changes with the seed). Per engine,
+    `agreement` says whether its cells' intervals of conversations overlap. Past the largest scale every reading is a
+    projection, labelled so."""
     largest = max(curve.sizes)
     grid = np.geomspace(min(curve.sizes), largest * REACH, 400)
     point = form.curve(curve.sizes, curve.means(), grid, ceiling)
@@ -267,39 +354,34 @@ def break_even(
     at_bet_interval = quantiles(at_bet[0][~np.isnan(at_bet[0])])  # the forecast's own, whatever the engine
     out = {}
     for engine, cells in costs.items():
-        readings, raw = {}, []
-        for index, cell in enumerate(cells):
-            # each cell its own stream: two cells timed on the same prompts must not resample them alike
-            tau_draws = [cell.draws(np.random.default_rng((seed, index)), boot) for seed in seeds]
-            tau = cell.break_even()
-            sizes = _first_reaching(first_curves, grid, tau_draws[0])
-            raw.append(quantiles(sizes, method="nearest"))
-            size = float(_first_reaching(point, grid, tau)[0])
-            verdicts = set()
-            for values, taus in zip(at_bet, tau_draws):
-                kept = ~np.isnan(values)
-                verdicts.add(_verdict(*quantiles(values[kept] - taus[kept])))
-            readings[cell.cell] = {
-                "accept_length_needed": tau,
+        taus = {cell.cell: cell.break_even() for cell in cells}
+        taus[POOLED] = pooled_need(cells)
+        readings, raw = {}, {}
+        for name, tau_draws in _tau_draws(cells, boot, seeds).items():
+            raw[name] = quantiles(_first_reaching(first_curves, grid, tau_draws[0]), method="nearest")
+            size = float(_first_reaching(point, grid, taus[name])[0])
+            readings[name] = {
+                "accept_length_needed": taus[name],
                 "accept_length_needed_interval": quantiles(tau_draws[0]),
-                "timings": {"prompts": cell.prompts, "repeats": cell.repeats},
                 "conversations": _reading(size, curve.sizes),
-                "interval": [_reading(x, curve.sizes) for x in raw[-1]],
+                "interval": [_reading(x, curve.sizes) for x in raw[name]],
                 "projected": size > largest,  # past the data: a projection of the form chosen
                 "at_data_bet": {
                     "conversations": bet,
                     "accept_length": at_bet_point,
                     "interval": at_bet_interval,
-                    "verdict": verdicts.pop() if len(verdicts) == 1 else "borderline",
+                    "verdict": _stable_verdict([v - t for v, t in zip(at_bet, tau_draws)], _verdict),
                 },
             }
+        apart = [raw[cell.cell] for cell in cells]
         out[engine] = {
-            "cells": readings,
+            "cells": {name: r for name, r in readings.items() if name != POOLED},
+            POOLED: readings[POOLED],
             "agreement": {
-                "accept_length_needed": [r["accept_length_needed"] for r in readings.values()],
+                "accept_length_needed": [taus[cell.cell] for cell in cells],
                 # the measurements agree where their intervals of conversations overlap (inf: never reached)
-                "intervals_overlap": max(low for low, _ in raw) <= min(high for _, high in raw)
-                if len(raw) > 1
+                "intervals_overlap": max(low for low, _ in apart) <= min(high for _, high in apart)
+                if len(apart) > 1
                 else None,
             },
         }
@@ -328,9 +410,10 @@ def plateau(drafts: list[dict]) -> list[dict]:
 def forecast(
     folder: Path, *, held_out: int, ceiling: float, boot: int, seeds: list[int], costs: dict[str, list[TimedCosts]]
 ) -> dict:
-    """metrics/forecast.json: the plateau table, and per set the curve's means, each form's rolling errors and the
-    chosen form, the backtest of `held_out` from the scales below it (None until that scale is measured), and each
-    engine's break-even read off the chosen form on every scale (`costs`: engine -> its cost cells' timings)."""
+    """metrics/forecast.json: the plateau table, each engine's accept length needed (`costs`: engine -> its cost
+    cells' timings), and per set the curve's means, each form's rolling errors and the chosen form, the backtest of
+    `held_out` from the scales below it (None until that scale is measured), the largest scale against each engine's
+    need, and each engine's break-even read off the chosen form on every scale."""
     drafts = read_records(folder)
     if not drafts:
         raise InputError(f"{folder}: no record of a draft on regenerated answers (the grid's scale cells)")
@@ -347,6 +430,7 @@ def forecast(
             "chosen": chosen,
             "why": why,
             "backtest": backtest(curve, held_out, ceiling, boot, seeds),
+            "largest_against_needed": largest_against_needed(curve, costs, boot, seeds),
             "break_even": chosen and break_even(curve, FORMS[chosen], costs, ceiling, boot, seeds),
         }
     return {
@@ -355,5 +439,6 @@ def forecast(
         "bootstrap_seeds": seeds,
         "plateau": plateau(drafts),
         "costs": {engine: [cell.cell for cell in cells] for engine, cells in costs.items()},
+        "needed": needed(costs, boot, seeds),
         "sets": sets,
     }

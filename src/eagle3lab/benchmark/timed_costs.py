@@ -29,44 +29,44 @@ BASELINE, DRAFT = "baseline", "draft"  # the two systems of a cost cell: the tar
 TIMING_FIELDS = {"set": str, "id": str, "system": str, "repeat": int, "tokens": int, "seconds": (int, float)}
 
 
+def _system(row: dict, draft_system: str) -> str | None:
+    """A benchmark row's system as a cost cell names it (None: another system the run held)."""
+    return BASELINE if row["system"] == "baseline" else DRAFT if row["system"] == draft_system else None
+
+
+def _timing(row: dict, system: str, repeat: int, seconds: float, rounds: int | None) -> dict:
+    """One timing row of a cost cell: a prompt's whole request by one system in one repeat."""
+    return {
+        "set": row["set"],
+        "id": row["id"],
+        "system": system,
+        "repeat": repeat,
+        "tokens": row["completion_tokens"],
+        "seconds": seconds,
+        "rounds": rounds,
+    }
+
+
 def local_timings(result: dict, draft_system: str) -> list[dict]:
     """One row per (prompt, system, repeat) of a local `run_benchmark` result (per_prompt rows keep every repeat's
     time in `times`; greedy decoding makes the tokens and rounds the same in every repeat)."""
-    rows = []
-    for r in result["per_prompt"]:
-        system = BASELINE if r["system"] == "baseline" else DRAFT if r["system"] == draft_system else None
-        if system is None:
-            continue
-        for repeat, seconds in enumerate(r["times"]):
-            rows.append(
-                {
-                    "set": r["set"],
-                    "id": r["id"],
-                    "system": system,
-                    "repeat": repeat,
-                    "tokens": r["completion_tokens"],
-                    "seconds": seconds,
-                    "rounds": r["verify_count"] if system == DRAFT else None,
-                }
-            )
-    return rows
+    return [
+        _timing(r, system, repeat, seconds, r["verify_count"] if system == DRAFT else None)
+        for r in result["per_prompt"]
+        for system in [_system(r, draft_system)]
+        if system
+        for repeat, seconds in enumerate(r["times"])
+    ]
 
 
 def served_timings(result: dict, draft_system: str, repeat: int) -> list[dict]:
     """One row per (prompt, system) of one `run_served_benchmark` pass (repeats=1, fresh servers), as repeat
     `repeat`; the draft's rounds are the engine's own counter of drafted rounds."""
     return [
-        {
-            "set": r["set"],
-            "id": r["id"],
-            "system": BASELINE if r["system"] == "baseline" else DRAFT,
-            "repeat": repeat,
-            "tokens": r["completion_tokens"],
-            "seconds": r["seconds"],
-            "rounds": r["drafts"] if r["system"] == draft_system else None,
-        }
+        _timing(r, system, repeat, r["seconds"], r["drafts"] if system == DRAFT else None)
         for r in result["per_prompt"]
-        if r["system"] in ("baseline", draft_system)
+        for system in [_system(r, draft_system)]
+        if system
     ]
 
 

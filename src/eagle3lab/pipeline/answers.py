@@ -170,7 +170,7 @@ def run_cell(name: str, params_file: Path | None = None) -> dict:
         "weights": _progress_field(progress, "weights"),
         **result.figures(),
         "minutes": round(minutes, 2),
-        "ran": {"at": machine.utc_now(), "commit": str(machine.commit(paths.ROOT)), **machine.description()},
+        "ran": machine.where_ran(paths.ROOT),
     }
     write_json(cell.record, record)
     repro_log.stage(f"{SECTION}@{name}", minutes * 60)

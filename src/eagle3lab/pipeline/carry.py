@@ -38,6 +38,7 @@ from dvc.stage import PipelineStage, Stage
 from eagle3lab import paths
 from eagle3lab.io import InputError, RunFailed, command, require, write_json
 from eagle3lab.pipeline import machine, repro_log
+from eagle3lab.pipeline.stages import named
 
 EXIT_CELLS_LEFT = 3
 CELLS = "metrics/cells"  # one record per finished cell
@@ -177,11 +178,6 @@ def estimator(root: Path):
     """name -> its Estimate now, from the records on disk (they grow as a sitting's cells finish)."""
     here, reference = machine.cpu_model(), reference_run(root / repro_log.LOG)
     return lambda name: estimate(root, name, reference, here)
-
-
-def named(cell: str, names) -> bool:
-    """Whether a cell (`stage@item`, or a whole stage) is one of `names`, a stage's name standing for all its cells."""
-    return cell in names or cell.partition("@")[0] in names
 
 
 def plan(root: Path, only: list[str] | None = None) -> list[Cell]:

@@ -173,7 +173,7 @@ def run_cell(name: str, params_file: Path | None = None) -> dict:
             "level": LEVEL,
         },
         "minutes": round(minutes, 2),
-        "ran": {"at": machine.utc_now(), "commit": str(machine.commit(paths.ROOT)), **machine.description()},
+        "ran": machine.where_ran(paths.ROOT),
         "timings": rows,
     }
     write_json(s.record, record)

@@ -3,7 +3,9 @@ name of params.yaml's `drafts.cells`): notebooks/cells/draft.ipynb through paper
 reports/drafts/NAME.ipynb.
 
 A cell trains one draft of the grid's plan, which is stage 03's (params.yaml's `train_draft`: its kinds, scales, seeds
-and recipe) with the keys `drafts.plan` changes (the grid's own science: drafts to their plateau, more seeds), on the
+and recipe) with the keys `drafts.plan` changes for every cell (the grid's own science: drafts to their plateau, more
+seeds) and the keys the cell's own entry changes (what places a draft of another kind: `original_scales: [140]` for
+original-00140), so adding a draft to the grid changes no other cell's parameters. It trains on the
 grid's committed answers (`drafts.train_answers`, `val_answers`, `sampled_answers`: cells of `answers`), to its stop
 rule, resuming after a kill; scores its exact offline acceptance on the evaluation set at the sweep's depth
 (`benchmark`'s eval keys); and writes a small committed record, metrics/drafts/NAME.json: its place in the plan, why
@@ -192,12 +194,7 @@ class DraftCell:
                 "pooled": pooled,
                 "per_prompt": per_prompt,
             },
-            "ran": {
-                "at": machine.utc_now(),
-                "commit": str(machine.commit(paths.ROOT)),
-                "minutes": self.minutes,
-                **machine.description(),
-            },
+            "ran": machine.where_ran(paths.ROOT, minutes=self.minutes),
         }
         write_json(self.record, record)
         return record
@@ -222,8 +219,10 @@ def cell_of(name: str, params_file: Path | None = None) -> DraftCell:
     check_params(params, params_file)
     section = params.get(SECTION)
     where = f"{params_file}: section '{SECTION}'"
-    if not isinstance(section, dict) or not isinstance(section.get("cells"), list):
-        raise InputError(f"{where}: expected the answers cells it trains on and a list `cells` of draft names")
+    if not isinstance(section, dict) or not isinstance(section.get("cells"), dict):
+        raise InputError(
+            f"{where}: expected the answers cells it trains on and a mapping `cells` of draft names to their own keys"
+        )
     if name not in section["cells"]:
         raise InputError(f"{where}: no cell '{name}' (cells: {', '.join(map(str, section['cells']))})")
     answers = {key: section.get(key) for key in ("train_answers", "val_answers", "sampled_answers")}
@@ -235,19 +234,23 @@ def cell_of(name: str, params_file: Path | None = None) -> DraftCell:
     if missing:
         raise InputError(f"{params_file}: section 'benchmark': missing {missing}, which the draft cells read")
     evaluation = {key: benchmark[key] for key in EVALUATION}
-    return DraftCell(name, params.get(SHARED_SECTION) or {}, _grid_plan(params, where), evaluation, answers)
+    return DraftCell(name, params.get(SHARED_SECTION) or {}, _grid_plan(params, where, name), evaluation, answers)
 
 
-def _grid_plan(params: dict, where: str) -> dict:
-    """train_draft's keys as the grid trains: `drafts.plan` changes some of them (e.g. the step ceiling, the seeds)
-    for the cells only, so stage 03, the reference run, keeps its own."""
-    stage_plan, changed = params.get("train_draft") or {}, params[SECTION].get("plan") or {}
-    if not isinstance(changed, dict):
-        raise InputError(f"{where}: `plan`: expected a mapping of train_draft's keys to the grid's values")
-    unknown = sorted(set(changed) - set(stage_plan))
-    if unknown:
-        raise InputError(f"{where}: `plan`: {unknown} are no keys of section 'train_draft'")
-    return stage_plan | changed
+def _grid_plan(params: dict, where: str, name: str) -> dict:
+    """train_draft's keys as cell `name` trains: `drafts.plan` changes some of them for every cell (e.g. the step
+    ceiling, the seeds) and the cell's own entry some more (the key placing its kind of draft), so stage 03, the
+    reference run, keeps its own plan and each cell's parameters are the plan's and its own only."""
+    plan = params.get("train_draft") or {}
+    for key, changed in (("plan", params[SECTION].get("plan")), (f"cells.{name}", params[SECTION]["cells"][name])):
+        changed = changed or {}
+        if not isinstance(changed, dict):
+            raise InputError(f"{where}: `{key}`: expected a mapping of train_draft's keys to the grid's values")
+        unknown = sorted(set(changed) - set(params.get("train_draft") or {}))
+        if unknown:
+            raise InputError(f"{where}: `{key}`: {unknown} are no keys of section 'train_draft'")
+        plan = plan | changed
+    return plan
 
 
 @command("python -m eagle3lab.pipeline.drafts")

@@ -3,6 +3,8 @@ grid's committed draft records (metrics/drafts/*.json) only: notebooks/cells/for
 reports/forecast.ipynb, writing metrics/forecast.json and figures/forecast_backtest.png (`benchmark.forecast` holds
 the science; this module its settings, record and figure). Each engine's break-even accept length, with its timing
 noise, comes from the grid's cost cells (metrics/costs/*.json); an engine without a cost record has no break-even.
+The record also holds the grid's controlled pairs (`benchmark.pairs`: the original-answer and T=0.7 draft cells
+against their regenerated partners), read from the same records with the same bootstrap settings.
 
 Its settings are params.yaml's `drafts.forecast` (the grid's section: the forecast reads the grid's drafts), and the
 chain's ceiling is the sweep's depth + 1 (`benchmark.sweep_config`, where the cells score acceptance).
@@ -15,7 +17,8 @@ import time
 from pathlib import Path
 
 from eagle3lab import paths
-from eagle3lab.benchmark.forecast import forecast
+from eagle3lab.benchmark.forecast import forecast, read_records
+from eagle3lab.benchmark.pairs import PAIRED_RESPONSES, controlled_pairs
 from eagle3lab.benchmark.timed_costs import read_cost_cells
 from eagle3lab.decoding.config import SpecConfig
 from eagle3lab.io import InputError, command, require, write_json
@@ -45,9 +48,13 @@ def settings(params_file: Path) -> dict:
 
 
 def run(params_file: str | Path) -> dict:
-    """The forecast of the records committed now, written to metrics/forecast.json."""
+    """The forecast of the records committed now, and the controlled pairs among them, written to
+    metrics/forecast.json."""
     costs = read_cost_cells(paths.ROOT / COSTS)
-    result = forecast(paths.ROOT / RECORDS, **settings(Path(params_file)), costs=costs)
+    said = settings(Path(params_file))
+    result = forecast(paths.ROOT / RECORDS, **said, costs=costs)
+    paired = read_records(paths.ROOT / RECORDS, responses=("regenerated", *PAIRED_RESPONSES))
+    result["controlled_pairs"] = controlled_pairs(paired, boot=said["boot"], seeds=said["seeds"])
     write_json(paths.ROOT / RECORD, result)
     return result
 

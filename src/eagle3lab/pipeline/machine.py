@@ -73,3 +73,9 @@ def description() -> dict:
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }
+
+
+def where_ran(root: Path, **measured) -> dict:
+    """A cell record's `ran`: when, at which commit of `root` (with its uncommitted changes said), what the cell
+    measured of itself (its minutes), and the machine's description."""
+    return {"at": utc_now(), "commit": str(commit(root)), **measured, **description()}

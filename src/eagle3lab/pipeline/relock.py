@@ -7,8 +7,9 @@ dvc.yaml) are left to run, and what they write proves nothing about the locked o
 
 Only what the repository commits and no stage writes is rewritten: the code a stage runs (its notebook and its `src/`
 dependencies, dvc.yaml's list) and the committed drafts folder, each hashed by DVC itself; data, params and other
-stages' outputs stay as the reference run locked them. `dvc commit` would do the same but needs every output in the
-workspace, which a clone without the run's cache lacks.
+stages' outputs stay as the reference run locked them, but for a parameter new to a stage whose value is empty (a
+grid cell's own entry with no keys), which is recorded: the smoke parameters hold the same empty entries. `dvc
+commit` would do the same but needs every output in the workspace, which a clone without the run's cache lacks.
 
 `--rerun STAGE ...` names locked stages the change does alter (their code is new, and they run next): their outputs
 are not compared and their lock entries stay as they are, so DVC still sees them changed and reruns them, while the
@@ -27,8 +28,8 @@ from ruamel.yaml import YAML
 
 from eagle3lab import paths
 from eagle3lab.io import InputError, atomic_path, command
-from eagle3lab.pipeline.carry import named
 from eagle3lab.pipeline.smoke_compare import compare
+from eagle3lab.pipeline.stages import named
 
 # what the repository commits and no stage writes: the package, the notebooks, the GPU-trained drafts
 COMMITTED = ("src/", "notebooks/", "drafts")
@@ -68,11 +69,34 @@ def relocked(root: Path, rerun: frozenset[str] = frozenset()) -> tuple[dict, lis
             missing = [d.def_path for d in deps if not d.def_path.startswith(COMMITTED) and d.def_path not in before]
             if missing:
                 raise InputError(f"{root / 'dvc.yaml'}: stage '{stage.name}': new dependencies {missing} need a run")
+            changed += _new_empty_params(root, stage, lock["stages"][stage.name])
             now = [dvc_entry(dep) for dep in deps if dep.def_path.startswith(COMMITTED)]
             changed += [e["path"] for e in now if (before.get(e["path"]) or {}).get("md5") != e["md5"]]
             changed += [p for p in before if p.startswith(COMMITTED) and p not in {e["path"] for e in now}]
             locked[:] = sorted([*kept, *now], key=lambda dep: dep["path"])
     return lock, sorted(set(changed)), never_ran
+
+
+def _new_empty_params(root: Path, stage: PipelineStage, entry: dict) -> list[str]:
+    """A parameter the stage reads since it ran is recorded only where its value is empty (a cell's own entry of no
+    keys, `{}`): the smoke parameters carry the same empty entries, so the comparison covers them. Any other new
+    value needs a run. Returns the `file:key` entries recorded."""
+    recorded = []
+    for dep in (d for d in stage.deps if isinstance(d, ParamsDependency)):
+        held = entry.setdefault("params", {}).setdefault(dep.def_path, {})
+        for key, value in dep.read_params().items():
+            if key in held:
+                continue
+            if value not in ({}, [], None):
+                raise InputError(
+                    f"{root / 'dvc.yaml'}: stage '{stage.name}': new parameter {key} = {value!r} needs a run"
+                )
+            held[key] = value
+            recorded.append(f"{dep.def_path}:{key}")
+        held_sorted = dict(sorted(held.items()))  # DVC writes a file's parameters in key order
+        held.clear()
+        held.update(held_sorted)
+    return recorded
 
 
 def _outputs(root: Path, chosen) -> set[str]:
@@ -111,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     lock, changed, never_ran = relocked(paths.ROOT, rerun)
     with atomic_path(paths.ROOT / "dvc.lock") as tmp, open(tmp, "w") as f:
         lock_yaml().dump(lock, f)
-    print(f"relock: {compared} smoke outputs equal; dvc.lock records the current code of {len(changed)} file(s)")
+    print(f"relock: {compared} smoke outputs equal; dvc.lock records {len(changed)} new entries (code, empty params)")
     print("\n".join(f"  {path}" for path in changed))
     if rerun:
         print(f"left as locked, to rerun: {', '.join(sorted(rerun))}")

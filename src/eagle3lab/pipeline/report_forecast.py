@@ -8,12 +8,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from eagle3lab.benchmark.forecast import ALL, POOLED
+from eagle3lab.benchmark.pairs import CONTROLLED, PAIRED_RESPONSES
 from eagle3lab.pipeline.report_tables import load_metrics, table
 
 DRAFT_HEADER = ["cell", "conversations", "seed", "steps / budget", "stopped by", "held-out best", "accept length (all)"]
 DRAFT_HEADER += ["MT-bench", "minutes (train + score)", "CPU, dtype"]
 COST_HEADER = ["cell", "engine", "chain", "prompts x repeats", "step (ms)", "round (ms)", "break-even accept length"]
 COST_HEADER += ["90% interval", "minutes", "CPU, dtype"]
+NEEDED_HEADER = ["engine", "cost cells", "accept length needed, pooled", "90% interval", "cells' intervals overlap"]
+NEEDED_HEADER += ["largest scale", "its accept length (all)", "minus the need [90% interval]", "verdict"]
+KINDS = ("regenerated", *PAIRED_RESPONSES)  # the grid's EAGLE-3 cells shown, in this order at each scale
+PAIR_HEADER = ["set", "draft", "partner", "seeds", "answer tokens", "steps", "accept length", "partner's"]
+PAIR_HEADER += ["difference [90% interval]", "verdict"]
 BREAK_EVEN_HEADER = ["set", "engine", "cost cell", "accept length needed", "conversations", "90% interval"]
 BREAK_EVEN_HEADER += ["accept length at 10x [interval]", "10x the data", "cells agree"]
 
@@ -63,11 +70,63 @@ def _reading(value) -> str:
     return f"{value:,.0f}" if isinstance(value, float) else str(value)
 
 
+def _needed_rows(forecast: dict) -> list[list]:
+    """Per engine: its need pooled over its cost cells, against the largest scale measured (all sets)."""
+    rows = []
+    for engine, need in forecast["needed"].items():
+        now = forecast["sets"][ALL]["largest_against_needed"][engine]
+        rows.append(
+            [
+                engine,
+                ", ".join(need["cells"]),
+                f"{need['accept_length_needed']:.3f}",
+                "[{:.3f}, {:.3f}]".format(*need["interval"]),
+                need["intervals_overlap"],
+                f"{now['conversations']:,}",
+                f"{now['accept_length']:.3f}",
+                "{:+.3f} [{:+.3f}, {:+.3f}]".format(now["difference"], *now["interval"]),
+                now["verdict"],
+            ]
+        )
+    return rows
+
+
+def _pair_rows(pairs: dict) -> list[list]:
+    """Each controlled pair per set: draft minus partner, both sides' seeds, answer tokens and steps."""
+    return [
+        [
+            r["set"],
+            r["draft"],
+            r["partner"],
+            " / ".join(map(str, r["seeds"])),
+            f"{r['answer_tokens']:,} / {r['partner_answer_tokens']:,}",
+            f"{', '.join(map(str, r['steps']))} / {', '.join(map(str, r['partner_steps']))}",
+            f"{r['draft_accept']:.3f}",
+            f"{r['partner_accept']:.3f}",
+            "{:+.3f} [{:+.3f}, {:+.3f}]".format(r["difference"], r["low"], r["high"]),
+            r["verdict"],
+        ]
+        for r in pairs["rows"]
+    ]
+
+
+def _pair_lines(pairs: dict) -> list[str]:
+    if not pairs["rows"]:
+        return ["No controlled pair yet: " + ("; ".join(pairs["waiting"]) or "no pair cell has run") + ".", ""]
+    lines = [
+        f"The controlled pairs ({CONTROLLED}; the interval resamples prompts and both sides' seeds):",
+        "",
+        table(PAIR_HEADER, _pair_rows(pairs)),
+        "",
+    ]
+    return lines + ([f"Waiting: {'; '.join(pairs['waiting'])}.", ""] if pairs["waiting"] else [])
+
+
 def _break_even_rows(forecast: dict) -> list[list]:
     rows = []
     for name, s in forecast["sets"].items():
         for engine, e in (s["break_even"] or {}).items():
-            for cell, b in e["cells"].items():
+            for cell, b in {**e["cells"], f"{POOLED} ({len(e['cells'])} cells)": e[POOLED]}.items():
                 bet = b["at_data_bet"]
                 rows.append(
                     [
@@ -88,7 +147,7 @@ def _break_even_rows(forecast: dict) -> list[list]:
 
 
 def _forecast_lines(forecast: dict) -> list[str]:
-    everything = forecast["sets"]["all"]
+    everything = forecast["sets"][ALL]
     lines = [
         "Accept length per scale, the mean over prompts (all sets) and seeds: "
         + ", ".join(
@@ -101,6 +160,14 @@ def _forecast_lines(forecast: dict) -> list[str]:
     stops = forecast["plateau"]
     stopped = sum(row["stopped_by_plateau"] for row in stops)
     lines += [f"Stopped by the plateau rule: {stopped} of {sum(row['seeds'] for row in stops)} drafts.", ""]
+    if forecast["needed"]:
+        lines += [
+            "Each engine's need, pooled over its cost cells (their mean; the interval resamples the cells too), "
+            "against the largest scale measured:",
+            "",
+            table(NEEDED_HEADER, _needed_rows(forecast)),
+            "",
+        ]
     if not everything["chosen"]:
         lines += [f"No curve form chosen yet: {everything['why']}.", ""]
     else:
@@ -124,8 +191,9 @@ def _forecast_lines(forecast: dict) -> list[str]:
 def section(metrics: Path) -> str:
     """The section's markdown from the records under `metrics`, or a line saying the grid has none yet."""
     drafts = sorted(
-        (d for d in _records(metrics / "drafts") if d["responses"] == "regenerated" and d["drafter"] == "eagle3"),
-        key=lambda d: (d["records"], d["seed"]),
+        (d for d in _records(metrics / "drafts") if d["responses"] in KINDS and d["drafter"] == "eagle3"),
+        # by the scale in the cell's name (a pair's cells beside the scale they are matched to), its kind, its seed
+        key=lambda d: (d["cell"].split("-")[1], KINDS.index(d["responses"]), d["seed"]),
     )
     costs = _records(metrics / "costs")
     forecast = load_metrics(metrics, "forecast")
@@ -134,7 +202,7 @@ def section(metrics: Path) -> str:
         return "\n".join(lines + ["No grid cell of the scale curve or of the costs has run yet.", ""])
     if drafts:
         lines += [
-            "The scale curve's draft cells (`metrics/drafts/`):",
+            "The draft cells of the scale curve and its controlled pairs (`metrics/drafts/`):",
             "",
             table(DRAFT_HEADER, [_draft_row(d) for d in drafts]),
             "",
@@ -144,5 +212,5 @@ def section(metrics: Path) -> str:
     else:
         lines += ["No cost cell has run yet: break-even waits for `make carry ONLY=costs` on a quiet machine.", ""]
     if forecast:
-        lines += _forecast_lines(forecast)
+        lines += _forecast_lines(forecast) + _pair_lines(forecast["controlled_pairs"])
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from eagle3lab import paths
+from eagle3lab.pipeline.stages import named
 
 SMOKE_PARAMS = paths.ROOT / "params" / "smoke.yaml"
 
@@ -55,10 +56,10 @@ def chosen(cells: dict[str, str], names: list[str] | None) -> dict[str, str]:
     """The cells named, a stage's name standing for all its cells (`answers` for answers@*); all when None."""
     if not names:
         return cells
-    unknown = [n for n in names if not any(c == n or c.startswith(f"{n}@") for c in cells)]
+    unknown = [n for n in names if not any(named(c, [n]) for c in cells)]
     if unknown:
         raise SystemExit(f"smoke: no cell or stage {unknown} in dvc.yaml (cells: {', '.join(cells)})")
-    return {c: cmd for c, cmd in cells.items() if c in names or c.partition("@")[0] in names}
+    return {c: cmd for c, cmd in cells.items() if named(c, names)}
 
 
 def run(cells: dict[str, str], scratch: Path) -> None:

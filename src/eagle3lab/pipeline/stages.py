@@ -280,6 +280,11 @@ def execute(notebook: Path, values: dict, output: Path, label: str) -> Path:
     return output
 
 
+def named(cell: str, names) -> bool:
+    """Whether a cell (`stage@item`, or a whole stage) is one of `names`, a stage's name standing for all its cells."""
+    return cell in names or cell.partition("@")[0] in names
+
+
 def cell_arguments(module: str, doc: str, argv: list[str] | None, cell_help: str | None = None) -> argparse.Namespace:
     """The command line the grid's cells and the stages reading them share, `python -m eagle3lab.pipeline.MODULE
     [CELL] [--params P]`, with the params file resolved (default: params.yaml at the repository root)."""
