@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from eagle3lab import paths
-from eagle3lab.benchmark import forecast
+from eagle3lab.benchmark import forecast, pooled_costs
 from eagle3lab.benchmark.timed_costs import TimedCosts
 from eagle3lab.io import InputError
 from eagle3lab.pipeline import forecast as stage
@@ -126,7 +126,7 @@ def test_timing_noise_widens_break_even_and_two_cells_agree_only_where_their_int
     assert same["agreement"]["intervals_overlap"] is True and apart["agreement"]["intervals_overlap"] is False
     assert apart["agreement"]["accept_length_needed"] == pytest.approx([1.7, 1.9], abs=0.01)
     assert list(same["cells"]) == ["first", "second"]
-    pooled = apart[forecast.POOLED]  # the engine's reading: the cells' mean need, the spread between them carried
+    pooled = apart[pooled_costs.POOLED]  # the engine's reading: the cells' mean need, the spread between them carried
     assert pooled["accept_length_needed"] == pytest.approx(1.8, abs=0.01)
     assert pooled["accept_length_needed_interval"][0] < 1.75 and pooled["accept_length_needed_interval"][1] > 1.85
 
@@ -134,7 +134,7 @@ def test_timing_noise_widens_break_even_and_two_cells_agree_only_where_their_int
 def test_an_engines_need_pools_its_cells_with_the_spread_between_them_in_its_interval():
     apart = [timed(1.7, noise=0.02), timed(1.9, noise=0.02, cell="second", rng_seed=1)]
     same = [timed(1.8, noise=0.02), timed(1.8, noise=0.02, cell="second", rng_seed=1)]
-    said = forecast.needed({"apart": apart, "same": same, "one": apart[:1]}, boot=1000, seeds=[0, 1])
+    said = pooled_costs.needed({"apart": apart, "same": same, "one": apart[:1]}, boot=1000, seeds=[0, 1])
     assert said["apart"]["accept_length_needed"] == pytest.approx(1.8, abs=0.01)
     assert said["apart"]["intervals_overlap"] is False and said["same"]["intervals_overlap"] is True
     assert said["one"]["intervals_overlap"] is None
@@ -305,7 +305,7 @@ def test_the_results_page_reads_the_data_bet_from_the_records(tmp_path, monkeypa
     assert f"| {reading['at_data_bet']['verdict']} | True |" in text
     backtest = everything["backtest"]["forms"]["saturating"]
     assert f"saturating {backtest['predicted']:.3f}: {backtest['verdict']}" in text
-    pooled = everything["break_even"]["vllm"][forecast.POOLED]
+    pooled = everything["break_even"]["vllm"][pooled_costs.POOLED]
     assert f"| all | vllm | pooled (2 cells) | {pooled['accept_length_needed']:.3f} [" in text
     need, now = result["needed"]["vllm"], everything["largest_against_needed"]["vllm"]
     assert (

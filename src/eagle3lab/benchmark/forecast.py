@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eagle3lab.benchmark.pooled_costs import POOLED, needed, pooled_need, tau_draws
 from eagle3lab.benchmark.scaling import EXPONENT_BOUNDS, LEVEL, quantiles
 from eagle3lab.benchmark.timed_costs import TimedCosts
 from eagle3lab.io import InputError, require
@@ -37,8 +38,6 @@ DATA_BET = 10  # the seeds' plan: ten times the data
 REACH = 10  # the furthest past the largest scale measured a forecast is read (a projection, labelled so)
 BEYOND_CURVE = "beyond what this curve can say"
 BELOW_CURVE = "at or below the smallest scale measured"
-POOLED = "pooled"  # an engine's cost cells together
-POOLED_STREAM = 10_000  # the pooled draws' random stream, apart from each cell's (seed, its index)
 
 
 # The saturating form's exponents tried: for each, `a` and `b` are a linear least-squares fit, so every bootstrap draw
@@ -247,62 +246,10 @@ def _verdict(low: float, high: float) -> str:
     return "reaches" if low >= 0 else "falls short" if high < 0 else "cannot say"
 
 
-def pooled_draws(cells: list[TimedCosts], rng: np.random.Generator, count: int) -> np.ndarray:
-    """[count] draws of an engine's break-even over its cost cells, a two-stage bootstrap: the cells resampled (what
-    differs between measurements in separate processes, which one cell's own timings cannot show), then each drawn
-    cell's own draw (its prompts and timing repeats); each draw the mean of its cells. One cell: that cell's draws."""
-    slots = len(cells)
-    own = np.stack([np.stack([cell.draws(rng, count) for cell in cells]) for _ in range(slots)])  # [slot, cell, draw]
-    picked = rng.integers(0, slots, (count, slots))
-    return own[np.arange(slots), picked, np.arange(count)[:, None]].mean(axis=1)
-
-
-def pooled_need(cells: list[TimedCosts]) -> float:
-    """An engine's break-even accept length over its cost cells: their mean (each measurement weighs the same)."""
-    return float(np.mean([cell.break_even() for cell in cells]))
-
-
-def _tau_draws(cells: list[TimedCosts], boot: int, seeds: list[int]) -> dict[str, list[np.ndarray]]:
-    """Per cost cell, and POOLED over the engine's cells, its break-even draws under each bootstrap seed."""
-    draws = {
-        # each cell its own stream: two cells timed on the same prompts must not resample them alike
-        cell.cell: [cell.draws(np.random.default_rng((seed, index)), boot) for seed in seeds]
-        for index, cell in enumerate(cells)
-    }
-    draws[POOLED] = [pooled_draws(cells, np.random.default_rng((seed, POOLED_STREAM)), boot) for seed in seeds]
-    return draws
-
-
 def _stable_verdict(differences: list[np.ndarray], verdict) -> str:
     """`verdict` of each bootstrap seed's interval of differences; `borderline` where the seeds disagree."""
     said = {verdict(*quantiles(d[~np.isnan(d)])) for d in differences}
     return said.pop() if len(said) == 1 else "borderline"
-
-
-def needed(costs: dict[str, list[TimedCosts]], boot: int, seeds: list[int]) -> dict:
-    """Per engine, the accept length its cost cells say it needs to break even: each cell's with its interval
-    (prompts and timing repeats), whether the cells' intervals overlap (do separate measurements agree?), and the
-    engine's, pooled over its cells (their mean; the interval also resamples the cells), the figure a forecast reads."""
-    out = {}
-    for engine, cells in costs.items():
-        draws = _tau_draws(cells, boot, seeds)
-        intervals = [quantiles(draws[cell.cell][0]) for cell in cells]
-        out[engine] = {
-            "cells": {
-                cell.cell: {
-                    "accept_length_needed": cell.break_even(),
-                    "interval": interval,
-                    "timings": {"prompts": cell.prompts, "repeats": cell.repeats},
-                }
-                for cell, interval in zip(cells, intervals)
-            },
-            "intervals_overlap": max(low for low, _ in intervals) <= min(high for _, high in intervals)
-            if len(cells) > 1
-            else None,
-            "accept_length_needed": pooled_need(cells),
-            "interval": quantiles(draws[POOLED][0]),
-        }
-    return out
 
 
 def largest_against_needed(curve: Curve, costs: dict[str, list[TimedCosts]], boot: int, seeds: list[int]) -> dict:
@@ -314,7 +261,7 @@ def largest_against_needed(curve: Curve, costs: dict[str, list[TimedCosts]], boo
     measured = [curve.draws(np.random.default_rng(seed), boot)[:, largest] for seed in seeds]
     out = {}
     for engine, cells in costs.items():
-        taus = _tau_draws(cells, boot, seeds)[POOLED]
+        taus = tau_draws(cells, boot, seeds)[POOLED]
         differences = [m - t for m, t in zip(measured, taus)]
         needed_point = pooled_need(cells)
         out[engine] = {
@@ -357,12 +304,12 @@ def break_even(
         taus = {cell.cell: cell.break_even() for cell in cells}
         taus[POOLED] = pooled_need(cells)
         readings, raw = {}, {}
-        for name, tau_draws in _tau_draws(cells, boot, seeds).items():
-            raw[name] = quantiles(_first_reaching(first_curves, grid, tau_draws[0]), method="nearest")
+        for name, drawn_taus in tau_draws(cells, boot, seeds).items():
+            raw[name] = quantiles(_first_reaching(first_curves, grid, drawn_taus[0]), method="nearest")
             size = float(_first_reaching(point, grid, taus[name])[0])
             readings[name] = {
                 "accept_length_needed": taus[name],
-                "accept_length_needed_interval": quantiles(tau_draws[0]),
+                "accept_length_needed_interval": quantiles(drawn_taus[0]),
                 "conversations": _reading(size, curve.sizes),
                 "interval": [_reading(x, curve.sizes) for x in raw[name]],
                 "projected": size > largest,  # past the data: a projection of the form chosen
@@ -370,7 +317,7 @@ def break_even(
                     "conversations": bet,
                     "accept_length": at_bet_point,
                     "interval": at_bet_interval,
-                    "verdict": _stable_verdict([v - t for v, t in zip(at_bet, tau_draws)], _verdict),
+                    "verdict": _stable_verdict([v - t for v, t in zip(at_bet, drawn_taus)], _verdict),
                 },
             }
         apart = [raw[cell.cell] for cell in cells]

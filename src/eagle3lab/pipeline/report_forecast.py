@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3lab.benchmark.forecast import ALL, POOLED
+from eagle3lab.benchmark.forecast import ALL
 from eagle3lab.benchmark.pairs import CONTROLLED, PAIRED_RESPONSES
+from eagle3lab.benchmark.pooled_costs import POOLED
 from eagle3lab.pipeline.report_tables import load_metrics, table
 
 DRAFT_HEADER = ["cell", "conversations", "seed", "steps / budget", "stopped by", "held-out best", "accept length (all)"]
