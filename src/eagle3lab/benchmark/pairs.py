@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from eagle3lab.benchmark.comparisons import paired_comparisons
+from eagle3lab.benchmark.comparisons import paired_comparisons, replicates
 
 PAIRED_RESPONSES = ("original", "sampled")  # the kinds of answers a grid cell is paired on
 CONTROLLED = "equal answer tokens, each side at its plateau"  # what a pair holds equal (its steps are recorded)
@@ -33,12 +33,11 @@ def controlled_pairs(records: list[dict], *, boot: int, seeds: list[int]) -> dic
     drafts = {record["name"]: record for record in records}
     runs = [paired_comparisons(per_prompt, drafts, boot=boot, seed=seed) for seed in seeds]
     rows, waiting = runs[0]
-    steps = {name: d["training"]["steps"] for name, d in drafts.items()}
+    seeds_of = replicates(drafts)
     for row, *others in zip(rows, *(other for other, _ in runs[1:])):
         said = {row["verdict"], *(other["verdict"] for other in others)}
         row["verdict"] = said.pop() if len(said) == 1 else "borderline"
-        row["steps"] = [steps[n] for n in drafts if n == row["draft"] or drafts[n].get("replicate_of") == row["draft"]]
-        partner = row["partner"]
-        row["partner_steps"] = [steps[n] for n in drafts if n == partner or drafts[n].get("replicate_of") == partner]
+        for side, name in (("steps", row["draft"]), ("partner_steps", row["partner"])):
+            row[side] = [drafts[n]["training"]["steps"] for n in seeds_of[name]]
         row["controlled"] = CONTROLLED
     return {"rows": rows, "waiting": waiting}
