@@ -17,10 +17,11 @@ from eagle3lab import paths
 from eagle3lab.benchmark.closeness import closeness
 from eagle3lab.io import InputError, command, require, write_json
 from eagle3lab.pipeline import repro_log
+from eagle3lab.pipeline.figure_files import save
 from eagle3lab.pipeline.point_drafts import RECORDS as DRAFTS
-from eagle3lab.pipeline.points import CLOSENESS, closeness_settings
 from eagle3lab.pipeline.points import RECORDS as POINTS
-from eagle3lab.pipeline.stages import cell_arguments, check_params, execute, load_params
+from eagle3lab.pipeline.points import closeness_params
+from eagle3lab.pipeline.stages import cell_arguments, execute
 
 NOTEBOOK = "cells/closeness.ipynb"  # under notebooks/
 RECORD = "metrics/closeness.json"
@@ -41,11 +42,7 @@ def _records(folder: Path) -> dict[str, dict]:
 
 def run(params_file: str | Path) -> dict:
     """The finding over the records committed now, written to metrics/closeness.json."""
-    params_file = Path(params_file)
-    params = load_params(params_file)
-    check_params(params, params_file)
-    section = closeness_settings(params, params_file)
-    where = f"{params_file}: section 'drafts': {CLOSENESS}"
+    _, _, section, where = closeness_params(Path(params_file))
     boot, seeds = require(section, "boot", where, int), require(section, "bootstrap_seeds", where, list)
     measured = _records(paths.ROOT / POINTS)
     planned = {name: measured[name] for name in section["points"] if name in measured}
@@ -79,11 +76,7 @@ def figure(result: dict, path: Path) -> Path:
         rho = "rho n/a" if said.get("rho") is None else f"rho {said['rho']:+.2f}, p {said['p_value']:.3f}"
         ax.set(title=f"{set_name}: {rho}, {said.get('verdict', 'not shown')}", xlabel="target NLL of the answers "
                "(nats/token)", ylabel="accept length")  # fmt: skip
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 @command("python -m eagle3lab.pipeline.closeness")

@@ -25,6 +25,7 @@ from eagle3lab.io import InputError, command, require, write_json
 from eagle3lab.pipeline import repro_log
 from eagle3lab.pipeline.costs import RECORDS as COSTS
 from eagle3lab.pipeline.drafts import RECORDS, SECTION
+from eagle3lab.pipeline.figure_files import save
 from eagle3lab.pipeline.stages import cell_arguments, check_params, execute, load_params
 
 STAGE = "forecast"
@@ -82,11 +83,7 @@ def figure(result: dict, path: Path) -> Path:
         ax.set_xscale("log")
         ax.set(title=name, xlabel="training conversations", ylabel="accept length")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 @command("python -m eagle3lab.pipeline.forecast")

@@ -13,16 +13,15 @@ draft with training seed `common.seed` + K, so the finding resamples training no
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3lab import paths
 from eagle3lab.io import InputError, command
-from eagle3lab.pipeline import repro_log
+from eagle3lab.pipeline.cell_command import run_cell
 from eagle3lab.pipeline.drafts import EVALUATION, SECTION, DraftCell, _answers
-from eagle3lab.pipeline.points import CLOSENESS, OUTPUT, closeness_settings
-from eagle3lab.pipeline.stages import SHARED_SECTION, cell_arguments, check_params, execute, load_params
+from eagle3lab.pipeline.points import OUTPUT, closeness_params
+from eagle3lab.pipeline.stages import SHARED_SECTION
 
 NOTEBOOK = "cells/point_draft.ipynb"  # under notebooks/
 RECORDS = "metrics/point_drafts"
@@ -61,11 +60,7 @@ class PointDraftCell(DraftCell):
 
 def cell_of(name: str, params_file: Path | None = None) -> PointDraftCell:
     """The cell NAME of drafts.closeness.cells, with the sections it reads; errors name the file, key and field."""
-    params_file = Path(params_file or paths.PARAMS)
-    params = load_params(params_file)
-    check_params(params, params_file)
-    section = closeness_settings(params, params_file)
-    where = f"{params_file}: section '{SECTION}': {CLOSENESS}"
+    params_file, params, section, where = closeness_params(params_file)
     cells = section.get("cells")
     if not isinstance(cells, dict) or name not in cells:
         raise InputError(f"{where}: no cell '{name}' in `cells` ({', '.join(map(str, cells or {}))})")
@@ -91,15 +86,9 @@ def cell_of(name: str, params_file: Path | None = None) -> PointDraftCell:
 
 @command("python -m eagle3lab.pipeline.point_drafts")
 def main(argv: list[str] | None = None) -> int:
-    args = cell_arguments("point_drafts", __doc__, argv, "a name of params.yaml's drafts.closeness.cells")
-    cell = cell_of(args.cell, args.params)  # a bad cell is named before papermill starts a kernel
-    started = time.monotonic()
-    report = paths.REPORTS / "point_drafts" / f"{args.cell}.ipynb"
-    parameters = {"draft": args.cell, "params_file": str(args.params)}
-    out = execute(paths.NOTEBOOKS / NOTEBOOK, parameters, report, f"cell 'point_drafts@{args.cell}'")
-    repro_log.stage(f"point_drafts@{args.cell}", time.monotonic() - started)
-    print(f"point_drafts {args.cell}: {cell.record.relative_to(paths.ROOT)}, report {out.relative_to(paths.ROOT)}")
-    return 0
+    return run_cell(
+        "point_drafts", __doc__, argv, "a name of params.yaml's drafts.closeness.cells", cell_of, NOTEBOOK, "draft"
+    )
 
 
 if __name__ == "__main__":

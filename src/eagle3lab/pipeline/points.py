@@ -25,9 +25,10 @@ from pathlib import Path
 from eagle3lab import paths
 from eagle3lab.data import points
 from eagle3lab.io import InputError, command, read_jsonl, require, write_json, write_jsonl
-from eagle3lab.pipeline import machine, repro_log
+from eagle3lab.pipeline import machine
+from eagle3lab.pipeline.cell_command import run_cell
 from eagle3lab.pipeline.drafts import SECTION
-from eagle3lab.pipeline.stages import SHARED_SECTION, cell_arguments, check_params, execute, load_params
+from eagle3lab.pipeline.stages import SHARED_SECTION, check_params, load_params
 
 CLOSENESS = "closeness"  # the key of drafts' section that holds the points, their drafts and the finding's settings
 NOTEBOOK = "cells/point.ipynb"  # under notebooks/
@@ -56,24 +57,24 @@ class PointCell:
         return paths.ROOT / RECORDS / f"{self.point.name}.json"
 
 
-def closeness_settings(params: dict, params_file: Path) -> dict:
-    """drafts.closeness, checked: an InputError names the file, section and key."""
+def closeness_params(params_file: Path | None) -> tuple[Path, dict, dict, str]:
+    """The params file (default params.yaml), read and checked as a stage's; its drafts.closeness, checked (an
+    InputError names the file, section and key); and where that section is, for the errors of the cells reading it."""
+    params_file = Path(params_file or paths.PARAMS)
+    params = load_params(params_file)
+    check_params(params, params_file)
     where = f"{params_file}: section '{SECTION}': {CLOSENESS}"
     section = require(params.get(SECTION) or {}, CLOSENESS, f"{params_file}: section '{SECTION}'", dict)
     for key in ("answer_tokens", "score_answer_tokens", "score_records"):
         if not isinstance(section.get(key), int) or section[key] < 1:
             raise InputError(f"{where}: `{key}`: expected a positive integer")
     require(section, "points", where, dict)
-    return section
+    return params_file, params, section, where
 
 
 def cell_of(name: str, params_file: Path | None = None) -> PointCell:
     """The point NAME of drafts.closeness.points, with the settings its cell reads."""
-    params_file = Path(params_file or paths.PARAMS)
-    params = load_params(params_file)
-    check_params(params, params_file)
-    section = closeness_settings(params, params_file)
-    where = f"{params_file}: section '{SECTION}': {CLOSENESS}"
+    params_file, params, section, where = closeness_params(params_file)
     if name not in section["points"]:
         raise InputError(f"{where}: no point '{name}' (points: {', '.join(map(str, section['points']))})")
     survey = params.get("dataset_survey") or {}
@@ -152,15 +153,15 @@ def run(cell: PointCell) -> dict:
 
 @command("python -m eagle3lab.pipeline.points")
 def main(argv: list[str] | None = None) -> int:
-    args = cell_arguments("points", __doc__, argv, "a name of params.yaml's drafts.closeness.points, e.g. sharegpt")
-    cell = cell_of(args.cell, args.params)  # a bad point is named before papermill starts a kernel
-    started = time.monotonic()
-    report = paths.REPORTS / "points" / f"{args.cell}.ipynb"
-    parameters = {"point": args.cell, "params_file": str(args.params)}
-    out = execute(paths.NOTEBOOKS / NOTEBOOK, parameters, report, f"cell 'points@{args.cell}'")
-    repro_log.stage(f"points@{args.cell}", time.monotonic() - started)
-    print(f"points {args.cell}: {cell.record.relative_to(paths.ROOT)}, report {out.relative_to(paths.ROOT)}")
-    return 0
+    return run_cell(
+        "points",
+        __doc__,
+        argv,
+        "a name of params.yaml's drafts.closeness.points, e.g. sharegpt",
+        cell_of,
+        NOTEBOOK,
+        "point",
+    )
 
 
 if __name__ == "__main__":
