@@ -82,14 +82,39 @@ def _grid_phrases() -> list[str]:
     return phrases
 
 
+def _points() -> list[dict]:
+    """The survey's points as committed (metrics/points/), lowest answer NLL first."""
+    records = [json.loads(p.read_text()) for p in (METRICS / "points").glob("*.json")]
+    return sorted(records, key=lambda r: r["estimates"]["answer_nll"]["estimate"])
+
+
+def _survey_figures() -> list[str]:
+    """README's survey bullet: the closest and the farthest point's answer NLL, each with its interval."""
+    said = [_points()[0]["estimates"]["answer_nll"], _points()[-1]["estimates"]["answer_nll"]]
+    return [f"{x:.2f}" for s in said for x in (s["estimate"], s["low"], s["high"])]
+
+
+def _survey_phrases() -> list[str]:
+    """The survey bullet's words that the records decide: the points named, how many, how many drafts are in."""
+    points, closeness = _points(), _metrics("closeness")
+    planned = yaml.safe_load((ROOT / "params.yaml").read_text())["drafts"]["closeness"]
+    trained = sum(row["seeds"] for row in closeness["points"])
+    return [
+        f"({points[0]['name']})",
+        f"({points[-1]['name']})",
+        f"over {len(points)} points",
+        f"{len(planned['cells'])} drafts, {trained} trained",
+    ]
+
+
 def test_readme_headline_figures_are_the_committed_metrics():
     """README's headline states exactly the figures metrics/ holds, in order, and nothing else with decimals."""
     readme = (ROOT / "README.md").read_text()
     headline = readme.split(HEADLINE, 1)[1].split("\n## ", 1)[0]
     bench = _metrics("benchmark")
     scaling = _metrics("scaling")
-    assert _decimals(headline) == _headline_figures() + _grid_figures()
-    for phrase in _grid_phrases():
+    assert _decimals(headline) == _headline_figures() + _grid_figures() + _survey_figures()
+    for phrase in _grid_phrases() + _survey_phrases():
         assert phrase in " ".join(headline.split()), phrase
     assert f"`{bench['best_config']}`" in headline
     assert f"vLLM at {_size(_break_even(scaling, 'vllm')['figure'])} conversations" in headline
