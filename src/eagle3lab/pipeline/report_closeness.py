@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3lab.data.points import estimate
 from eagle3lab.pipeline.report_tables import figure, load_metrics, table
 
 POINT_HEADER = ["point", "source", "slice", "drawn", "training records", "answer tokens", "scored records"]
@@ -34,7 +33,7 @@ def _interval(said: dict, digits: int) -> str:
 
 
 def _point_row(record: dict, drafts: int) -> list:
-    signals = record["signals"]
+    estimates = record["estimates"]  # the point cell's own reading: the page never redraws a bootstrap
     return [
         record["name"],
         record["source"],
@@ -43,7 +42,7 @@ def _point_row(record: dict, drafts: int) -> list:
         record["training"]["records"],
         record["training"]["answer_tokens"],
         record["scored"]["records"],
-        *(_interval(estimate(signals[name]), 3) if name in signals else "-" for name in SIGNALS),
+        *(_interval(estimates[name], 3) if name in estimates else "-" for name in SIGNALS),
         drafts,
     ]
 
