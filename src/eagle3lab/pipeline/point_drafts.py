@@ -3,11 +3,11 @@ params.yaml's `drafts.closeness.cells`): a draft trained on one point's committe
 the source's own answers, every point at equal answer tokens), notebooks/cells/point_draft.ipynb through papermill
 into reports/point_drafts/NAME.ipynb.
 
-It is a draft cell of the grid in all but its data (`pipeline.drafts.DraftCell`): the grid's plan trains it (its
-plateau rule, `drafts.plan` over `train_draft`), it resumes after a kill, it is scored by exact offline acceptance on
-the evaluation set, and its record (metrics/point_drafts/NAME.json, beside the curve's metrics/drafts so the forecast
-never reads it) says where it ran. An entry is {point: POINT, replicate: K}: replicate K > 0 repeats the point's
-draft with training seed `common.seed` + K, so the finding resamples training noise.
+It is a draft cell of the grid in all but its data (`pipeline.drafts.DraftCell`): the grid's plan trains it (its plateau
+rule, `drafts.plan` over `train_draft`, under the points' own ceiling `drafts.closeness.plan`), it resumes after a kill,
+it is scored by exact offline acceptance on the evaluation set, and its record (metrics/point_drafts/NAME.json, beside
+the curve's metrics/drafts so the forecast never reads it) says where it ran. An entry is {point: POINT, replicate: K}:
+replicate K > 0 repeats the point's draft with training seed `common.seed` + K, so the finding resamples training noise.
 """
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ def cell_of(name: str, params_file: Path | None = None) -> PointDraftCell:
     firsts = [other for other, e in cells.items() if e.get("point") == entry["point"] and not e.get("replicate")]
     if not isinstance(replicate, int) or replicate < 0 or len(firsts) != 1:
         raise InputError(f"{where}: cells.{name}: a replicate K >= 0, and one first cell (replicate 0) per point")
-    # the grid's plan over stage 03's: the plateau rule every draft of the grid trains to
-    training = (params.get("train_draft") or {}) | ((params[SECTION].get("plan")) or {})
+    # the grid's plan over stage 03's (the plateau rule every draft of the grid trains to), then the points' own
+    # ceiling: a point's slice is smaller than the curve's scales, so the plan's floor of answer tokens can end it early
+    training = (params.get("train_draft") or {}) | (params[SECTION].get("plan") or {}) | (section.get("plan") or {})
     benchmark = params.get("benchmark") or {}
     missing = [key for key in EVALUATION if key not in benchmark]
     if missing:
