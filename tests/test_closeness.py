@@ -234,3 +234,28 @@ def test_the_stage_reads_the_committed_records_writes_its_finding_and_figure(tmp
     (tmp_path / "metrics" / "points" / "p0.json").write_text("{")
     with pytest.raises(InputError, match=r"metrics/points/p0.json: not JSON"):
         stage.run(params_file)
+
+
+def test_the_results_section_shows_each_points_accept_length_and_says_when_its_drafts_mix_dtypes(tmp_path):
+    from eagle3lab.pipeline import report_closeness
+
+    said = {"estimate": 1.5, "low": 1.4, "high": 1.6}
+    for name in ("near", "far"):
+        record = {"name": name, "source": "sharegpt", "slice": {"sets": [], "topic": None}, "draw": {"selected": 9},
+                  "training": {"records": 3, "answer_tokens": 80}, "scored": {"records": 5},
+                  "estimates": {"answer_nll": said}}  # fmt: skip
+        (tmp_path / "points").mkdir(exist_ok=True)
+        (tmp_path / "points" / f"{name}.json").write_text(json.dumps(record))
+    (tmp_path / "point_drafts").mkdir()
+    for name, dtype in (("near-draft", "bfloat16"), ("near-draft-seed1", "float32")):
+        record = {"source": "near", "ran": {"cpu": "Xeon A", "auto_dtype": dtype}}
+        (tmp_path / "point_drafts" / f"{name}.json").write_text(json.dumps(record))
+    accept = {ALL_SETS: {"mean": 1.234, "low": 1.2, "high": 1.25}}
+    found = {"points": [{"name": "near", "accept_length": accept}], "correlations": [], "waiting": ["far"]}
+    (tmp_path / "closeness.json").write_text(json.dumps(found))
+    text = report_closeness.section(tmp_path)
+    near, far = (next(line for line in text.splitlines() if line.startswith(f"| {name} |")) for name in ("near", "far"))
+    assert near.endswith("| 2 | 1.234 [1.200, 1.250] |") and far.endswith("| 0 | - |")
+    assert "Xeon A (bfloat16): 1; Xeon A (float32): 1: the finding mixes dtypes." in text
+    (tmp_path / "point_drafts" / "near-draft-seed1.json").unlink()
+    assert "ran on Xeon A (bfloat16): 1." in report_closeness.section(tmp_path)

@@ -1,13 +1,15 @@
 """The results page's section on the survey tested (issue 65), read from committed records only: each point
-(metrics/points/: its slice, its training slice and its signals), how many of its drafts have run
-(metrics/point_drafts/), and the finding (metrics/closeness.json). Where the finding cannot yet say something (too
-few points with drafts), the section says what it waits for."""
+(metrics/points/: its slice, its training slice and its signals), how many of its drafts have run, their accept
+length and where they ran (metrics/point_drafts/), and the finding (metrics/closeness.json). Where the finding cannot
+yet say something (too few points with drafts), the section says what it waits for."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
+from eagle3lab.benchmark.comparisons import ALL_SETS
 from eagle3lab.pipeline.report_tables import figure, load_metrics, table
 
 POINT_HEADER = ["point", "source", "slice", "drawn", "training records", "answer tokens", "scored records"]
@@ -32,8 +34,9 @@ def _interval(said: dict, digits: int) -> str:
     return f"{said['estimate']:.{digits}f} [{said['low']:.{digits}f}, {said['high']:.{digits}f}]"
 
 
-def _point_row(record: dict, drafts: int) -> list:
+def _point_row(record: dict, drafts: int, accept: dict | None) -> list:
     estimates = record["estimates"]  # the point cell's own reading: the page never redraws a bootstrap
+    accept = (accept or {}).get(ALL_SETS)
     return [
         record["name"],
         record["source"],
@@ -44,7 +47,16 @@ def _point_row(record: dict, drafts: int) -> list:
         record["scored"]["records"],
         *(_interval(estimates[name], 3) if name in estimates else "-" for name in SIGNALS),
         drafts,
+        _interval({"estimate": accept["mean"]} | accept, 3) if accept else "-",
     ]
+
+
+def _machines(drafts: list[dict]) -> str:
+    """Where the point drafts ran: a finding over drafts of several CPU kinds or dtypes says that it mixes them."""
+    kinds = Counter(f"{d['ran']['cpu']} ({d['ran']['auto_dtype']})" for d in drafts)
+    said = "; ".join(f"{kind}: {count}" for kind, count in sorted(kinds.items()))
+    mixed = len({d["ran"]["auto_dtype"] for d in drafts}) > 1
+    return f"The point drafts ran on {said}" + (": the finding mixes dtypes." if mixed else ".")
 
 
 def _correlation_row(row: dict) -> list:
@@ -59,14 +71,18 @@ def section(metrics: Path) -> str:
     if not points:
         return "### The survey tested (issue 65)\n\n_(no point cell has run yet: `make carry ONLY=points`)_\n"
     drafts = [json.loads(p.read_text()) for p in sorted((metrics / "point_drafts").glob("*.json"))]
-    header = POINT_HEADER + [f"{label} [90% interval]" for label in SIGNALS.values()] + ["drafts"]
-    rows = [_point_row(r, sum(d["source"] == r["name"] for d in drafts)) for r in points]
+    found = load_metrics(metrics, "closeness")
+    accept = {row["name"]: row["accept_length"] for row in (found or {}).get("points", [])}
+    header = POINT_HEADER + [f"{label} [90% interval]" for label in SIGNALS.values()]
+    header += ["drafts", f"drafts' accept length, {ALL_SETS} [90% interval]"]
+    rows = [_point_row(r, sum(d["source"] == r["name"] for d in drafts), accept.get(r["name"])) for r in points]
     text = (
         "### The survey tested (issue 65)\n\nEach point is a source or a slice of one, drawn as the mixture draws a "
         "source; its drafts train on its own answers at equal answer tokens, and its signals are measured per record "
         "on its scored slice (`metrics/points/`, `metrics/point_drafts/`).\n\n" + table(header, rows) + "\n"
     )
-    found = load_metrics(metrics, "closeness")
+    if drafts:
+        text += "\n" + _machines(drafts) + "\n"
     if not found or not any(row["rho"] is not None for row in found["correlations"]):
         waiting = ", ".join(found["waiting"]) if found else "every point"
         return text + f"\nNo rank correlation yet: it needs 3 points with drafts (waiting: {waiting}).\n"
