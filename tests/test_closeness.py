@@ -259,3 +259,15 @@ def test_the_results_section_shows_each_points_accept_length_and_says_when_its_d
     assert "Xeon A (bfloat16): 1; Xeon A (float32): 1: the finding mixes dtypes." in text
     (tmp_path / "point_drafts" / "near-draft-seed1.json").unlink()
     assert "ran on Xeon A (bfloat16): 1." in report_closeness.section(tmp_path)
+
+
+def test_the_searched_signals_p_values_are_holm_adjusted_and_the_bets_stands_alone():
+    rows = [{"p_value": p, "noise_verdict": "shown", "expected_sign": None, "rho": 0.9} for p in (0.01, 0.04, 0.03)]
+    finding._holm(rows)
+    assert [row["p_adjusted"] for row in rows] == pytest.approx([0.03, 0.06, 0.06])
+    assert [row["verdict"] for row in rows] == ["shown", "not shown", "not shown"]
+    result = finding.closeness(*grid(), boot=200, seeds=[0])
+    bet = row(result, "answer_nll")
+    assert bet["p_adjusted"] == bet["p_value"] and bet["verdict"] == "shown"
+    searched = [r for r in result["correlations"] if r["signal"] != "answer_nll" and r["set"] == ALL_SETS]
+    assert all(r["p_adjusted"] >= r["p_value"] for r in searched) and len(searched) == 2

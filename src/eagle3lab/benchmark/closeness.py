@@ -9,10 +9,13 @@ p-value (`comparisons.rank_correlation`: how little a handful of points can show
 every draw resamples all the units that vary at once: the evaluation prompts (the same resample for every draft, so the
 points stay paired by prompt), each point's training seeds, and each point's scored records.
 
-The interval holds measurement noise only: the points are the points, so "shown" says that noise cannot flip rho's
-sign (`noise_verdict`), and the p-value says how easily chance orders this few points as well: a correlation is shown
-only where both hold. The verdict is read under several bootstrap seeds, "borderline" where it depends on the seed (as
-`benchmark.pairs` reads its differences).
+The interval holds measurement noise only: the points are the points, so "shown" says that noise cannot flip rho's sign
+(`noise_verdict`), and the p-value says how easily chance orders this few points as well: a correlation is shown only
+where both hold. The survey's score is the bet named before any draft ran, so its p-value stands alone; the other
+signals are a search for a better predictor, so theirs are Holm-adjusted over the signals searched in each set
+(`p_adjusted`): with several tries, one of them clears 0.05 by chance more often than 5% of the time. The verdict is
+read under several bootstrap seeds, "borderline" where it depends on the seed (as `benchmark.pairs` reads its
+differences).
 """
 
 from __future__ import annotations
@@ -156,10 +159,27 @@ def _correlation(signal: str, set_name: str, x: np.ndarray, y: np.ndarray, drawn
     noise = said.pop() if len(said) == 1 else "borderline"
     # The bootstrap resamples the measurements, never the points, so a precisely measured but unrelated signal can
     # clear it: the exact permutation p-value (how easily chance orders this few points as well) must clear ALPHA too.
-    chance = "not shown" if result["p_value"] >= ALPHA else noise
-    row |= result | {"intervals": intervals, "noise_verdict": noise, "verdict": chance}
-    shown = row["verdict"] == "shown" and expected is not None
-    return row | {"agrees": bool(np.sign(row["rho"]) == expected) if shown else None}
+    row |= result | {"intervals": intervals, "noise_verdict": noise, "p_adjusted": result["p_value"]}
+    return _judged(row)
+
+
+def _judged(row: dict) -> dict:
+    """The verdict of a row with its (adjusted) p-value, and whether a shown rho has the sign the seeds bet on."""
+    row["verdict"] = "not shown" if row["p_adjusted"] >= ALPHA else row["noise_verdict"]
+    shown = row["verdict"] == "shown" and row["expected_sign"] is not None
+    row["agrees"] = bool(np.sign(row["rho"]) == row["expected_sign"]) if shown else None
+    return row
+
+
+def _holm(rows: list[dict]) -> None:
+    """The searched signals' rows of one set, each p-value Holm-adjusted over the rows and its verdict re-read: the
+    k-th smallest p times the rows left (m - k + 1), never below an earlier one, at most 1."""
+    adjusted, ordered = 0.0, sorted(rows, key=lambda row: row["p_value"])
+    for k, row in enumerate(ordered):
+        adjusted = max(adjusted, min(1.0, (len(rows) - k) * row["p_value"]))
+        row["p_adjusted"] = adjusted
+    for row in rows:
+        _judged(row)
 
 
 def _point_rows(points, sets, accept, curves, estimates, records, first) -> list[dict]:
@@ -212,6 +232,8 @@ def closeness(
         y = curves[set_name].means() if curves else np.array([])
         pairs = [(signals[signal][:, columns], means[set_name]) for means, signals in drawn] if curves else []
         correlations.append(_correlation(signal, set_name, x, y, pairs, seeds))
+    for set_name in sets:
+        _holm([r for r in correlations if r["set"] == set_name and r["expected_sign"] is None and r["rho"] is not None])
     shown = [row for row in correlations if row["verdict"] == "shown"]
     best = {
         set_name: max((r for r in shown if r["set"] == set_name), key=lambda r: abs(r["rho"]), default={}).get("signal")

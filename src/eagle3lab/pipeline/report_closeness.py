@@ -19,7 +19,8 @@ SIGNALS = {
     "answer_length": "answer tokens",
     "prompt_duplicate_rate": "prompt duplicates",
 }
-CORRELATION_HEADER = ["signal", "set", "points", "rho", "exact p", "90% interval of rho, each bootstrap seed"]
+CORRELATION_HEADER = ["signal", "set", "points", "rho", "exact p", "p, Holm-adjusted over the searched signals"]
+CORRELATION_HEADER += ["90% interval of rho, each bootstrap seed"]
 CORRELATION_HEADER += ["noise alone", "verdict"]
 
 
@@ -61,9 +62,11 @@ def _machines(drafts: list[dict]) -> str:
 
 def _correlation_row(row: dict) -> list:
     rho = None if row["rho"] is None else f"{row['rho']:+.2f}"
-    p_value = None if row["p_value"] is None else f"{row['p_value']:.3f}"
+    p_value, adjusted = (None if row.get(key) is None else f"{row[key]:.3f}" for key in ("p_value", "p_adjusted"))
+    adjusted = "the bet: alone" if row["expected_sign"] is not None and adjusted else adjusted
     intervals = "; ".join(f"[{i['low']:+.2f}, {i['high']:+.2f}]" for i in row["intervals"]) or row.get("why")
-    return [row["signal"], row["set"], row["points"], rho, p_value, intervals, row.get("noise_verdict"), row["verdict"]]
+    said = [row["signal"], row["set"], row["points"], rho, p_value, adjusted, intervals]
+    return said + [row.get("noise_verdict"), row["verdict"]]
 
 
 def section(metrics: Path) -> str:
