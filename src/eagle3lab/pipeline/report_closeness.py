@@ -5,12 +5,11 @@ yet say something (too few points with drafts), the section says what it waits f
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
 from eagle3lab.benchmark.comparisons import ALL_SETS
-from eagle3lab.pipeline.report_tables import figure, load_metrics, table
+from eagle3lab.pipeline.report_tables import figure, load_folder, load_metrics, table
 
 POINT_HEADER = ["point", "source", "slice", "drawn", "training records", "answer tokens", "scored records"]
 SIGNALS = {
@@ -70,10 +69,10 @@ def _correlation_row(row: dict) -> list:
 
 
 def section(metrics: Path) -> str:
-    points = [json.loads(p.read_text()) for p in sorted((metrics / "points").glob("*.json"))]
+    points = load_folder(metrics / "points")
     if not points:
         return "### The survey tested (issue 65)\n\n_(no point cell has run yet: `make carry ONLY=points`)_\n"
-    drafts = [json.loads(p.read_text()) for p in sorted((metrics / "point_drafts").glob("*.json"))]
+    drafts = load_folder(metrics / "point_drafts")
     found = load_metrics(metrics, "closeness")
     accept = {row["name"]: row["accept_length"] for row in (found or {}).get("points", [])}
     header = POINT_HEADER + [f"{label} [90% interval]" for label in SIGNALS.values()]

@@ -5,13 +5,12 @@ section says what is missing instead of a figure."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from eagle3lab.benchmark.forecast import ALL
 from eagle3lab.benchmark.pairs import CONTROLLED, PAIRED_RESPONSES
 from eagle3lab.benchmark.pooled_costs import POOLED
-from eagle3lab.pipeline.report_tables import load_metrics, table
+from eagle3lab.pipeline.report_tables import load_folder, load_metrics, table
 
 DRAFT_HEADER = ["cell", "conversations", "seed", "steps / budget", "stopped by", "held-out best", "accept length (all)"]
 DRAFT_HEADER += ["MT-bench", "minutes (train + score)", "CPU, dtype"]
@@ -24,10 +23,6 @@ PAIR_HEADER = ["set", "draft", "partner", "seeds", "answer tokens", "steps", "ac
 PAIR_HEADER += ["difference [90% interval]", "verdict"]
 BREAK_EVEN_HEADER = ["set", "engine", "cost cell", "accept length needed", "conversations", "90% interval"]
 BREAK_EVEN_HEADER += ["accept length at 10x [interval]", "10x the data", "cells agree"]
-
-
-def _records(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) | {"cell": p.stem} for p in sorted(folder.glob("*.json"))]
 
 
 def _pooled(record: dict, name: str) -> float:
@@ -192,11 +187,11 @@ def _forecast_lines(forecast: dict) -> list[str]:
 def section(metrics: Path) -> str:
     """The section's markdown from the records under `metrics`, or a line saying the grid has none yet."""
     drafts = sorted(
-        (d for d in _records(metrics / "drafts") if d["responses"] in KINDS and d["drafter"] == "eagle3"),
+        (d for d in load_folder(metrics / "drafts") if d["responses"] in KINDS and d["drafter"] == "eagle3"),
         # by the scale in the cell's name (a pair's cells beside the scale they are matched to), its kind, its seed
         key=lambda d: (d["cell"].split("-")[1], KINDS.index(d["responses"]), d["seed"]),
     )
-    costs = _records(metrics / "costs")
+    costs = load_folder(metrics / "costs")
     forecast = load_metrics(metrics, "forecast")
     lines = ["### The data bet, carried by the grid", ""]
     if not drafts and not costs:

@@ -23,6 +23,11 @@ def load_metrics(metrics: Path, name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def load_folder(folder: Path) -> list[dict]:
+    """Every record of a folder of cell records (metrics/drafts/, metrics/points/, ...), by name, each with its cell."""
+    return [json.loads(p.read_text()) | {"cell": p.stem} for p in sorted(folder.glob("*.json"))]
+
+
 def table(header: list[str], rows: list[list]) -> str:
     def cell(v):
         if v is None or (isinstance(v, float) and math.isnan(v)):
