@@ -301,3 +301,22 @@ def test_with_commit_each_finished_cell_is_committed_alone_before_the_next_start
     assert locked["first"]["outs"][0]["path"] == "a.txt" and "last" in locked  # the lock as DVC wrote it then
     status = _git(repo, "status", "--porcelain", "--", "in.txt", "notes.txt")
     assert status.splitlines() == ["M in.txt", "?? notes.txt"]  # the checkout's own changes stay uncommitted
+
+
+def test_a_missing_restorable_input_is_rebuilt_before_a_cell_reads_it_unless_a_planned_cell_writes_it(
+    repo, monkeypatch
+):
+    rebuilt = []
+
+    def restore(root):
+        rebuilt.append(root)
+        (root / "a.txt").write_text("hello")
+
+    monkeypatch.setattr(carry, "RESTORABLE", {"a.txt": restore})
+    (repo / "a.txt").unlink()
+    unknown = carry.Estimate(None, "none")
+    cells = {name: carry.Cell(name, unknown) for name in CELLS}
+    assert carry.restore_inputs(repo, [cells["first"], cells["middle@x"]]) == []  # `first` writes it
+    assert carry.restore_inputs(repo, [cells["last"]]) == []  # `last` does not read it
+    assert carry.restore_inputs(repo, [cells["middle@x"]]) == ["a.txt"] and rebuilt == [repo]
+    assert carry.restore_inputs(repo, [cells["middle@y"]]) == [] and rebuilt == [repo]  # it is there now

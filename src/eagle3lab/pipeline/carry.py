@@ -8,7 +8,8 @@ while another trains.
 is to run (`dvc repro --allow-missing`'s plan and its test of each cell, every cell downstream of a changed one
 included); each cell runs as its own `dvc repro --single-item NAME`, so dvc.lock holds every finished cell even if the
 sitting is killed; and each cell run leaves a record (metrics/cells/NAME.json: its minutes, commit and machine) that
-estimates its next run, and its grid siblings' first.
+estimates its next run, and its grid siblings' first. An input that a fresh machine lacks but can rebuild bitwise
+(stage 01's mixture, `mixture_restore`) is rebuilt before the first cell that reads it.
 
 Exit 0: everything planned finished (or nothing was to run); 1: a cell failed (named); 2: bad input; 3: the budget,
 or a cell without an estimate, left cells undone.
@@ -37,7 +38,7 @@ from dvc.stage import PipelineStage, Stage
 
 from eagle3lab import paths
 from eagle3lab.io import InputError, RunFailed, command, require, write_json
-from eagle3lab.pipeline import machine, repro_log
+from eagle3lab.pipeline import machine, mixture_restore, repro_log
 from eagle3lab.pipeline.stages import named
 
 EXIT_CELLS_LEFT = 3
@@ -45,6 +46,9 @@ CELLS = "metrics/cells"  # one record per finished cell
 # How `dvc repro` says it did not run a cell's command: it was unchanged once the cells before it ran (their outputs
 # came out the same), or DVC restored its outputs from its run cache. Such a run's minutes say nothing of the cell's.
 DVC_SKIPPED = ("didn't change, skipping", "is cached - skipping run")
+# Inputs a fresh machine lacks (DVC-cached outputs, and the DVC remote stays with its checkout) but rebuilds bitwise,
+# checked against dvc.lock's hash, without rerunning the stage that made them: path -> its restore(root).
+RESTORABLE = {mixture_restore.FOLDER: mixture_restore.restore}
 
 
 @dataclass(frozen=True)
@@ -217,6 +221,24 @@ def print_plan(cells: list[Cell], budget: float | None, allow_unestimated: bool)
         print(f"--budget {budget:g} would stop before {stop}")
 
 
+def restore_inputs(root: Path, cells: list[Cell]) -> list[str]:
+    """Each input of RESTORABLE that a planned cell reads and this machine lacks, rebuilt (and checked against
+    dvc.lock) before the first cell starts, unless a planned cell writes it itself; returns the ones rebuilt."""
+    missing = [path for path in RESTORABLE if not (root / path).exists()]
+    if not missing:
+        return []
+    with contextlib.chdir(root), set_loggers_level(logging.WARNING), Repo(str(root)) as repo:
+        stages = [stage for cell in cells for stage in repo.stage.collect(cell.name)]
+        reads = {Path(dep.fs_path) for stage in stages for dep in stage.deps}
+        writes = {Path(out.fs_path) for stage in stages for out in stage.outs}
+    rebuilt = []
+    for path in missing:
+        if any(read.is_relative_to(root / path) for read in reads) and root / path not in writes:
+            RESTORABLE[path](root)
+            rebuilt.append(path)
+    return rebuilt
+
+
 def run_cell(root: Path, name: str) -> bool:
     """Run one cell as `dvc repro --single-item NAME`, its output passed through; whether DVC ran its command (it
     skips one whose inputs came out unchanged, or restores it from its run cache). RunFailed names a failed cell."""
@@ -345,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry:
         print_plan(cells, args.budget, args.allow_unestimated)
         return 0
+    for path in restore_inputs(root, cells):
+        print(f"carry: {path} rebuilt here, as dvc.lock records it (python -m eagle3lab.pipeline.mixture_restore)")
     return carry(root, cells, args.budget, args.allow_unestimated, began, args.commit)
 
 
