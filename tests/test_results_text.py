@@ -88,23 +88,50 @@ def _points() -> list[dict]:
     return sorted(records, key=lambda r: r["estimates"]["answer_nll"]["estimate"])
 
 
+SIGNAL_WORDS = {  # how README's survey bullet names a signal the finding tested
+    "answer_nll": "The answers' NLL",
+    "answer_length": "Answer length",
+    "prompt_nll": "The prompts' NLL",
+    "prompt_duplicate_rate": "The prompts' duplicate rate",
+}
+
+
+def _survey_correlations() -> tuple[dict, dict | None]:
+    """The finding on all sets (metrics/closeness.json): the survey's score's row, and the best shown predictor's."""
+    found = _metrics("closeness")
+    rows = {row["signal"]: row for row in found["correlations"] if row["set"] == "all sets"}
+    best = found["best_predictor"]["all sets"]
+    return rows["answer_nll"], rows[best] if best and best != "answer_nll" else None
+
+
 def _survey_figures() -> list[str]:
-    """README's survey bullet: the closest and the farthest point's answer NLL, each with its interval."""
+    """README's survey bullet: the closest and the farthest point's answer NLL, each with its interval; then the
+    score's rank correlation with the drafts' accept length and its p-value; the best predictor's, Holm-adjusted."""
     said = [_points()[0]["estimates"]["answer_nll"], _points()[-1]["estimates"]["answer_nll"]]
-    return [f"{x:.2f}" for s in said for x in (s["estimate"], s["low"], s["high"])]
+    bet, best = _survey_correlations()
+    figures = [f"{x:.2f}" for s in said for x in (s["estimate"], s["low"], s["high"])]
+    figures += [f"{abs(bet['rho']):.2f}", f"{bet['p_value']:.3f}"]
+    return figures + ([f"{abs(best['rho']):.2f}", f"{best['p_adjusted']:.3f}"] if best else [])
 
 
 def _survey_phrases() -> list[str]:
-    """The survey bullet's words that the records decide: the points named, how many, how many drafts are in."""
+    """The survey bullet's words that the records decide: the points named, how many, how many drafts are in, the
+    score's verdict and the best predictor's (or that none is shown)."""
     points, closeness = _points(), _metrics("closeness")
     planned = yaml.safe_load((ROOT / "params.yaml").read_text())["drafts"]["closeness"]
     trained = sum(row["seeds"] for row in closeness["points"])
-    return [
+    bet, best = _survey_correlations()
+    phrases = [
         f"({points[0]['name']})",
         f"({points[-1]['name']})",
         f"over {len(points)} points",
-        f"{len(planned['cells'])} drafts, {trained} trained",
+        f"{trained} of {len(planned['cells'])} drafts",
+        f"rho {bet['rho']:+.2f} (p {bet['p_value']:.3f}): {bet['verdict']}",
     ]
+    if best:
+        said = f"{SIGNAL_WORDS[best['signal']]} ranks at rho {best['rho']:+.2f} (Holm p {best['p_adjusted']:.3f})"
+        return phrases + [f"{said}: shown"]
+    return phrases + ["No other signal stage 01 measures is shown to predict it"]
 
 
 def test_readme_headline_figures_are_the_committed_metrics():
