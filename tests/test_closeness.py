@@ -265,6 +265,7 @@ def test_the_searched_signals_p_values_are_holm_adjusted_and_the_bets_stands_alo
     rows = [{"p_value": p, "noise_verdict": "shown", "expected_sign": None, "rho": 0.9} for p in (0.01, 0.04, 0.03)]
     finding._holm(rows)
     assert [row["p_adjusted"] for row in rows] == pytest.approx([0.03, 0.06, 0.06])
+    rows = [finding._judged(row) for row in rows]
     assert [row["verdict"] for row in rows] == ["shown", "not shown", "not shown"]
     result = finding.closeness(*grid(), boot=200, seeds=[0])
     bet = row(result, "answer_nll")

@@ -159,8 +159,7 @@ def _correlation(signal: str, set_name: str, x: np.ndarray, y: np.ndarray, drawn
     noise = said.pop() if len(said) == 1 else "borderline"
     # The bootstrap resamples the measurements, never the points, so a precisely measured but unrelated signal can
     # clear it: the exact permutation p-value (how easily chance orders this few points as well) must clear ALPHA too.
-    row |= result | {"intervals": intervals, "noise_verdict": noise, "p_adjusted": result["p_value"]}
-    return _judged(row)
+    return row | result | {"intervals": intervals, "noise_verdict": noise, "p_adjusted": result["p_value"]}
 
 
 def _judged(row: dict) -> dict:
@@ -172,14 +171,12 @@ def _judged(row: dict) -> dict:
 
 
 def _holm(rows: list[dict]) -> None:
-    """The searched signals' rows of one set, each p-value Holm-adjusted over the rows and its verdict re-read: the
-    k-th smallest p times the rows left (m - k + 1), never below an earlier one, at most 1."""
+    """The searched signals' rows of one set, each p-value Holm-adjusted over the rows: the k-th smallest p times the
+    rows left (m - k + 1), never below an earlier one, at most 1."""
     adjusted, ordered = 0.0, sorted(rows, key=lambda row: row["p_value"])
     for k, row in enumerate(ordered):
         adjusted = max(adjusted, min(1.0, (len(rows) - k) * row["p_value"]))
         row["p_adjusted"] = adjusted
-    for row in rows:
-        _judged(row)
 
 
 def _point_rows(points, sets, accept, curves, estimates, records, first) -> list[dict]:
@@ -234,6 +231,9 @@ def closeness(
         correlations.append(_correlation(signal, set_name, x, y, pairs, seeds))
     for set_name in sets:
         _holm([r for r in correlations if r["set"] == set_name and r["expected_sign"] is None and r["rho"] is not None])
+    for row in correlations:  # every verdict once, on its p-value as adjusted
+        if row["rho"] is not None:
+            _judged(row)
     shown = [row for row in correlations if row["verdict"] == "shown"]
     best = {
         set_name: max((r for r in shown if r["set"] == set_name), key=lambda r: abs(r["rho"]), default={}).get("signal")
