@@ -10,7 +10,8 @@ import yaml
 
 from eagle3lab import paths
 from eagle3lab.io import InputError, RunFailed
-from eagle3lab.pipeline import answers, repro_log
+from eagle3lab.pipeline import answers, more_answers, repro_log
+from eagle3lab.pipeline.more_answers import MORE
 from eagle3lab.regen.files import Accounting
 from eagle3lab.regen.run import RunResult
 
@@ -128,3 +129,43 @@ def test_a_cell_whose_accounting_does_not_close_fails_and_writes_no_record(root,
     with pytest.raises(RunFailed, match=r"answers/c.jsonl: accounting: input 4 = success 2 .* pending 2 .*resumes"):
         answers.run_cell("c")
     assert not (root / "metrics" / "answers" / "c.json").exists()
+
+
+def more_params(**cells) -> dict:
+    given = params(a={"split": "train"})
+    given["answers"]["more"] = {"mixture_total": 9000, "cells": cells}
+    return given
+
+
+def test_the_more_cells_slice_the_grown_prompts_into_a_folder_of_their_own_at_the_same_chunk_size():
+    cell = answers.cell_of(more_params(m={"split": "train", "start": 8}), "m", PARAMS, MORE)
+    assert (cell.start, cell.count) == (8, 4)  # answers.chunk_size: one home for both families
+    assert cell.input == paths.ROOT / "artifacts" / "more_mixture" / "train.jsonl"
+    assert cell.output == paths.ROOT / "answers_more" / "m.jsonl"  # not answers/, which every draft cell reads whole
+    assert cell.record == paths.ROOT / "metrics" / "answers_more" / "m.json"
+    with pytest.raises(InputError, match=r"section 'answers.more': cell 'v': field 'split' must be one of \['train'\]"):
+        answers.cell_of(more_params(v={"split": "val"}), "v", PARAMS, MORE)  # the first mixture's val split picks
+    with pytest.raises(InputError, match=r"section 'answers.more': no cell 'a' \(cells: m\)"):
+        answers.cell_of(more_params(m={"split": "train"}), "a", PARAMS, MORE)  # a first-mixture cell is not one
+
+
+def test_a_more_cell_answers_its_slice_and_records_it_beside_its_answers(root, monkeypatch, capsys):
+    more = root / "artifacts" / "more_mixture"
+    more.mkdir(parents=True)
+    rows = [{"id": f"n{i}", "conversations": [{"role": "user", "content": f"new {i}"}]} for i in range(6)]
+    (more / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "params.yaml").write_text(yaml.safe_dump(more_params(**{"more-001": {"split": "train", "start": 4}})))
+
+    def fake_regenerate(inp, out, settings):
+        ids = [json.loads(line)["id"] for line in Path(inp).read_text().splitlines()]
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+        return RunResult(Accounting(input=len(ids), success=len(ids), errors=0, skipped=0), tokens=8, seconds=1.0)
+
+    monkeypatch.setattr(answers, "regenerate", fake_regenerate)
+    assert more_answers.main(["more-001"]) == 0
+    answered = (root / "answers_more" / "more-001.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in answered] == ["n4", "n5"]  # the slice's end is the file's
+    assert json.loads((root / "metrics" / "answers_more" / "more-001.json").read_text())["prompts"] == 2
+    assert not (root / "answers").exists() and not (root / "metrics" / "answers").exists()
+    assert "more_answers more-001: 2 answered, 0 skipped of 2 prompts" in capsys.readouterr().out

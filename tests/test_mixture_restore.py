@@ -25,7 +25,7 @@ def test_the_rebuilt_mixture_is_the_one_dvc_lock_records(root):
 
 
 def test_a_draw_that_differs_from_the_lock_is_refused_and_leaves_nothing(root, monkeypatch):
-    def other_draw(params, folder):
+    def other_draw(params, folder, root):
         folder.mkdir(parents=True)
         (folder / "train.jsonl").write_text("{}\n")
 
@@ -38,11 +38,11 @@ def test_a_draw_that_differs_from_the_lock_is_refused_and_leaves_nothing(root, m
 def test_a_machine_that_has_the_mixture_keeps_it_untouched(root, monkeypatch):
     (root / mixture_restore.FOLDER).mkdir(parents=True)
     (root / mixture_restore.FOLDER / "train.jsonl").write_text("mine\n")
-    monkeypatch.setattr(mixture_restore, "rebuild", lambda params, folder: pytest.fail("rebuilt what was there"))
+    monkeypatch.setattr(mixture_restore, "rebuild", lambda params, folder, root: pytest.fail("rebuilt what was there"))
     assert (mixture_restore.restore(root) / "train.jsonl").read_text() == "mine\n"
 
 
 def test_a_lock_without_the_stage_is_named(root):
     (root / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
-    with pytest.raises(InputError, match="no stage 'dataset_survey': its mixture was never locked"):
+    with pytest.raises(InputError, match="no stage 'dataset_survey': its output was never locked"):
         mixture_restore.restore(root)

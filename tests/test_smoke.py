@@ -50,7 +50,8 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     smoke.run(smoke.pipeline_cells(smoke.prepare_root(tmp_path)), tmp_path)
     metrics = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics").glob("*.json")}
     assert set(metrics) == {"survey", "regen", "train", "benchmark", "tune", "scaling", "diagnosis", "forecast"} | {
-        "closeness"
+        "closeness",
+        "more_mixture",
     }
     # the grid's regeneration: each cell's slice answered, accounted for and recorded with where it ran
     cells = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())["answers"]["cells"]
@@ -61,6 +62,16 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     for name, record in records.items():
         answered = (tmp_path / "answers" / f"{name}.jsonl").read_text().splitlines()
         assert len(answered) == record["success"] > 0 and record["ran"]["cpu"], name
+    # issue 66's growth: new prompts only, answered into a folder of their own
+    grown = metrics["more_mixture"]
+    assert grown["new_prompts"] > 0 and grown["first_missing_from_grown"] == 0
+    new = {json.loads(line)["id"] for line in (tmp_path / "artifacts" / "more_mixture" / "train.jsonl").open()}
+    first = {json.loads(line)["id"] for split in ("train", "val") for line in (tmp_path / "artifacts" / "mixture" /
+             f"{split}.jsonl").open()}  # fmt: skip
+    more = json.loads((tmp_path / "metrics" / "answers_more" / "more-000.json").read_text())
+    answered = [json.loads(line)["id"] for line in (tmp_path / "answers_more" / "more-000.jsonl").open()]
+    assert len(new) == grown["new_prompts"] and not new & first and more["prompts"] == 8
+    assert len(answered) == more["success"] > 0 and set(answered) <= new
     # the grid's draft cells: each draft of the plan trained on those answers, scored, recorded, with its report
     planned = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())["drafts"]["cells"]
     drafted = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "metrics" / "drafts").glob("*.json")}

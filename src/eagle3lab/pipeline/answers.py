@@ -10,6 +10,11 @@ dtype) is params.yaml's `regenerate` section: one home for the generation settin
 killed cell resumes record by record (the output is DVC's `persist`); dvc.lock names a cell only once it finished,
 so nothing half-written is trusted. Each cell writes metrics/answers/NAME.json: its accounting, its throughput and
 where it ran.
+
+Two stages run these cells, one `Family` each: `answers` slices stage 01's mixture into answers/, and `more_answers`
+(issue 66's ten times the data) slices the prompts that grow it (`pipeline.more_mixture`) into answers_more/. The new
+answers have a folder of their own because every draft cell depends on the whole answers/ folder: written there, they
+would rerun the curve.
 """
 
 from __future__ import annotations
@@ -32,11 +37,36 @@ from eagle3lab.regen.files import RunFiles
 from eagle3lab.regen.run import regenerate
 from eagle3lab.regen.settings import RegenSettings, resolve_backend
 
-SECTION = "answers"
-OUTPUT = "answers"  # answers/NAME.jsonl and its sidecars, committed
-RECORDS = "metrics/answers"  # metrics/answers/NAME.json
-MIXTURE = "artifacts/mixture"  # stage 01's splits: train.jsonl, val.jsonl
-SPLITS = ("train", "val")
+SECTION = "answers"  # params.yaml's: chunk_size, each family's cells
+
+
+@dataclass(frozen=True)
+class Family:
+    """One stage's regeneration cells: where params.yaml lists them, the prompts they slice and where they write."""
+
+    stage: str  # dvc.yaml's, and the module that runs its cells
+    keys: tuple[str, ...]  # the params path to the mapping that holds `cells`
+    mixture: str  # the folder of the prompt splits the cells slice
+    splits: tuple[str, ...]
+    writer: str  # the stage that writes that folder
+    output: str  # OUTPUT/NAME.jsonl and its sidecars, committed
+    records: str  # RECORDS/NAME.json
+
+    @property
+    def where(self) -> str:
+        return ".".join(self.keys)
+
+
+# stage 01's mixture (train.jsonl, val.jsonl)
+FIRST = Family(
+    "answers",
+    (SECTION,),
+    "artifacts/mixture",
+    ("train", "val"),
+    "stage 01 (dataset_survey)",
+    "answers",
+    "metrics/answers",
+)
 # The `regenerate` keys that decide how the target answers (the rest of that section names stage 02's own files).
 GENERATION = (
     "backend",
@@ -64,27 +94,30 @@ class Cell:
     sampled: (
         bool  # answered at regenerate.sampled_temperature (seeded) instead of greedy, regenerate.sampled_limit of them
     )
+    family: Family = FIRST
 
     @property
     def input(self) -> Path:
-        return paths.ROOT / MIXTURE / f"{self.split}.jsonl"
+        return paths.ROOT / self.family.mixture / f"{self.split}.jsonl"
 
     @property
     def output(self) -> Path:
-        return paths.ROOT / OUTPUT / f"{self.name}.jsonl"
+        return paths.ROOT / self.family.output / f"{self.name}.jsonl"
 
     @property
     def record(self) -> Path:
-        return paths.ROOT / RECORDS / f"{self.name}.json"
+        return paths.ROOT / self.family.records / f"{self.name}.json"
 
 
-def cell_of(params: dict, name: str, params_file: Path) -> Cell:
-    """The cell NAME of params' `answers` section, checked: its split, a slice start of 0 or more and a count of 1
-    or more (default `answers.chunk_size`; null: to the split's end)."""
-    where = f"{params_file}: section '{SECTION}'"
-    section = params.get(SECTION)
+def cell_of(params: dict, name: str, params_file: Path, family: Family = FIRST) -> Cell:
+    """The cell NAME of the family's params section, checked: its split, a slice start of 0 or more and a count of 1
+    or more (default `answers.chunk_size`, every family's; null: to the split's end)."""
+    where = f"{params_file}: section '{family.where}'"
+    section = params
+    for key in family.keys:
+        section = section.get(key) if isinstance(section, dict) else None
     if not isinstance(section, dict) or not isinstance(section.get("cells"), dict):
-        raise InputError(f"{where}: expected `chunk_size` and a mapping `cells` of NAME -> {{split, start, ...}}")
+        raise InputError(f"{where}: expected a mapping `cells` of NAME -> {{split, start, ...}}")
     cells = section["cells"]
     if name not in cells:
         raise InputError(f"{where}: no cell '{name}' (cells: {', '.join(cells)})")
@@ -92,19 +125,21 @@ def cell_of(params: dict, name: str, params_file: Path) -> Cell:
     unknown = sorted(set(spec) - CELL_FIELDS)
     if unknown:
         raise InputError(f"{where}: unknown field(s) {unknown}; a cell has {sorted(CELL_FIELDS)}")
-    if spec.get("split") not in SPLITS:
-        raise InputError(f"{where}: field 'split' must be one of {list(SPLITS)}, got {spec.get('split')!r}")
+    if spec.get("split") not in family.splits:
+        raise InputError(f"{where}: field 'split' must be one of {list(family.splits)}, got {spec.get('split')!r}")
     start = spec.get("start", 0)
     # a sampled cell answers regenerate.sampled_limit prompts unless it says otherwise: that key's one home
     default = (
-        (params.get("regenerate") or {}).get("sampled_limit") if spec.get("sampled") else section.get("chunk_size")
+        (params.get("regenerate") or {}).get("sampled_limit")
+        if spec.get("sampled")
+        else (params.get(SECTION) or {}).get("chunk_size")
     )
     count = spec.get("count", default)
     if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise InputError(f"{where}: field 'start' must be a whole number of 0 or more, got {start!r}")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         raise InputError(f"{where}: field 'count' (or the section's chunk_size) must be 1 or more, got {count!r}")
-    return Cell(name, spec["split"], start, count, bool(spec.get("sampled", False)))
+    return Cell(name, spec["split"], start, count, bool(spec.get("sampled", False)), family)
 
 
 def generation_settings(params: dict, cell: Cell, params_file: Path) -> RegenSettings:
@@ -132,7 +167,7 @@ def generation_settings(params: dict, cell: Cell, params_file: Path) -> RegenSet
 def write_slice(cell: Cell, out: Path) -> int:
     """The cell's prompts, lines [start, start + count) of its split as they are (regen checks each), into `out`."""
     if not cell.input.exists():
-        raise InputError(f"{cell.input}: no such file: stage 01 (dataset_survey) writes the mixture's splits")
+        raise InputError(f"{cell.input}: no such file: {cell.family.writer} writes it")
     with open(cell.input, "rb") as src, open(out, "wb") as dst:
         lines = [line for line in src if line.strip()]
         stop = None if cell.count is None else cell.start + cell.count
@@ -145,12 +180,12 @@ def write_slice(cell: Cell, out: Path) -> int:
     return len(chosen)
 
 
-def run_cell(name: str, params_file: Path | None = None) -> dict:
-    """Answer one cell's prompts into answers/NAME.jsonl and write its record; returns the record."""
+def run_cell(name: str, params_file: Path | None = None, family: Family = FIRST) -> dict:
+    """Answer one cell's prompts into its family's OUTPUT/NAME.jsonl and write its record; returns the record."""
     params_file = Path(params_file or paths.PARAMS)
     params = load_params(params_file)
     check_params(params, params_file)
-    cell = cell_of(params, name, params_file)
+    cell = cell_of(params, name, params_file, family)
     settings = generation_settings(params, cell, params_file)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"answers-{name}-") as scratch:
@@ -173,7 +208,7 @@ def run_cell(name: str, params_file: Path | None = None) -> dict:
         "ran": machine.where_ran(paths.ROOT),
     }
     write_json(cell.record, record)
-    repro_log.stage(f"{SECTION}@{name}", minutes * 60)
+    repro_log.stage(f"{family.stage}@{name}", minutes * 60)
     return record
 
 
@@ -181,15 +216,21 @@ def _progress_field(progress: Path, field: str):
     return json.loads(progress.read_text()).get(field) if progress.exists() else None
 
 
-@command("python -m eagle3lab.pipeline.answers")
-def main(argv: list[str] | None = None) -> int:
-    args = cell_arguments("answers", __doc__, argv, "a cell of params.yaml's answers.cells, e.g. train-000")
-    record = run_cell(args.cell, args.params)
+def cell_command(family: Family, doc: str, argv: list[str] | None, example: str) -> int:
+    """A family's command line, `python -m eagle3lab.pipeline.STAGE NAME [--params P]`: one cell run, one line said."""
+    args = cell_arguments(family.stage, doc, argv, f"a cell of params.yaml's {family.where}.cells, e.g. {example}")
+    record = run_cell(args.cell, args.params, family)
     print(
-        f"answers {args.cell}: {record['success']} answered, {record['skipped']} skipped of {record['prompts']} "
-        f"prompts in {record['minutes']:.1f} min ({record['tokens_per_s']:.0f} tok/s): {OUTPUT}/{args.cell}.jsonl"
+        f"{family.stage} {args.cell}: {record['success']} answered, {record['skipped']} skipped of "
+        f"{record['prompts']} prompts in {record['minutes']:.1f} min ({record['tokens_per_s']:.0f} tok/s): "
+        f"{family.output}/{args.cell}.jsonl"
     )
     return 0
+
+
+@command("python -m eagle3lab.pipeline.answers")
+def main(argv: list[str] | None = None) -> int:
+    return cell_command(FIRST, __doc__, argv, "train-000")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ is to run (`dvc repro --allow-missing`'s plan and its test of each cell, every c
 included); each cell runs as its own `dvc repro --single-item NAME`, so dvc.lock holds every finished cell even if the
 sitting is killed; and each cell run leaves a record (metrics/cells/NAME.json: its minutes, commit and machine) that
 estimates its next run, and its grid siblings' first. An input that a fresh machine lacks but can rebuild bitwise
-(stage 01's mixture, `mixture_restore`) is rebuilt before the first cell that reads it.
+(stage 01's mixture, `mixture_restore`; the prompts that grow it, `more_mixture`) is rebuilt before the first cell
+that reads it.
 
 Exit 0: everything planned finished (or nothing was to run); 1: a cell failed (named); 2: bad input; 3: the budget,
 or a cell without an estimate, left cells undone.
@@ -38,7 +39,7 @@ from dvc.stage import PipelineStage, Stage
 
 from eagle3lab import paths
 from eagle3lab.io import InputError, RunFailed, command, require, write_json
-from eagle3lab.pipeline import machine, mixture_restore, repro_log
+from eagle3lab.pipeline import machine, mixture_restore, more_mixture, repro_log
 from eagle3lab.pipeline.stages import named
 
 EXIT_CELLS_LEFT = 3
@@ -48,7 +49,7 @@ CELLS = "metrics/cells"  # one record per finished cell
 DVC_SKIPPED = ("didn't change, skipping", "is cached - skipping run")
 # Inputs a fresh machine lacks (DVC-cached outputs, and the DVC remote stays with its checkout) but rebuilds bitwise,
 # checked against dvc.lock's hash, without rerunning the stage that made them: path -> its restore(root).
-RESTORABLE = {mixture_restore.FOLDER: mixture_restore.restore}
+RESTORABLE = {mixture_restore.FOLDER: mixture_restore.restore, more_mixture.FOLDER: more_mixture.restore}
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,16 @@ STAGE = "dataset_survey"
 FOLDER = "artifacts/mixture"  # the stage's output: train.jsonl, val.jsonl
 
 
-def locked_hash(root: Path) -> str:
-    """The mixture's hash as dvc.lock records it (DVC's md5 of the folder, `....dir`)."""
+def locked_hash(root: Path, stage: str = STAGE, folder: str = FOLDER) -> str:
+    """A stage's output folder's hash as dvc.lock records it (DVC's md5 of the folder, `....dir`)."""
     lock = root / "dvc.lock"
-    stage = (yaml.safe_load(lock.read_text()).get("stages") or {}).get(STAGE)
-    if not stage:
-        raise InputError(f"{lock}: no stage '{STAGE}': its mixture was never locked, so there is none to restore")
-    out = next((out for out in stage.get("outs", []) if out.get("path") == FOLDER), None)
+    locked = (yaml.safe_load(lock.read_text()).get("stages") or {}).get(stage)
+    if not locked:
+        raise InputError(f"{lock}: no stage '{stage}': its output was never locked, so there is none to restore")
+    out = next((out for out in locked.get("outs", []) if out.get("path") == folder), None)
     if not out:
-        raise InputError(f"{lock}: stage '{STAGE}': no output '{FOLDER}'")
-    return require(out, "md5", f"{lock}: stage '{STAGE}': output '{FOLDER}'", str)
+        raise InputError(f"{lock}: stage '{stage}': no output '{folder}'")
+    return require(out, "md5", f"{lock}: stage '{stage}': output '{folder}'", str)
 
 
 def folder_hash(folder: Path) -> str:
@@ -49,10 +49,11 @@ def folder_hash(folder: Path) -> str:
     return tree.hash_info.value
 
 
-def rebuild(params: dict, folder: Path) -> None:
-    """Stage 01's draw (notebooks/01_dataset_survey.ipynb's mixture cell) written to `folder`."""
+def draw(params: dict, total: int | None = None, val_fraction: float | None = None):
+    """Stage 01's draw (notebooks/01_dataset_survey.ipynb's mixture cell), a `data.mixture.Mixture`; `total` and
+    `val_fraction` replace params.yaml's for a grown draw (`pipeline.more_mixture`)."""
     from eagle3lab.data import catalog
-    from eagle3lab.data.mixture import build_mixture, write_mixture
+    from eagle3lab.data.mixture import build_mixture
     from eagle3lab.data.packaged import held_out_records
 
     survey, seed = params[STAGE], params["common"]["seed"]
@@ -61,26 +62,37 @@ def rebuild(params: dict, folder: Path) -> None:
         for source in catalog.ranked(catalog.load_catalog())
         if catalog.local_path(source) is not None and not source.is_evaluation
     }
-    mixture = build_mixture(training, survey["mixture_quotas"], survey["mixture_total"], held_out=held_out_records(),
-                            val_fraction=survey["val_fraction"], seed=seed)  # fmt: skip
-    write_mixture(mixture, folder)
+    total = survey["mixture_total"] if total is None else total
+    val_fraction = survey["val_fraction"] if val_fraction is None else val_fraction
+    return build_mixture(training, survey["mixture_quotas"], total, held_out=held_out_records(),
+                         val_fraction=val_fraction, seed=seed)  # fmt: skip
 
 
-def restore(root: Path = paths.ROOT, params_file: Path | None = None) -> Path:
-    """artifacts/mixture rebuilt and checked against dvc.lock; a machine that has it keeps it untouched."""
-    target = root / FOLDER
+def rebuild(params: dict, folder: Path, root: Path) -> None:
+    """Stage 01's draw written to `folder`."""
+    from eagle3lab.data.mixture import write_mixture
+
+    write_mixture(draw(params), folder)
+
+
+def restore(
+    root: Path = paths.ROOT, params_file: Path | None = None, stage: str = STAGE, folder: str = FOLDER, build=None
+) -> Path:
+    """A stage's output folder rebuilt by `build(params, scratch, root)` and checked against dvc.lock (stage 01's
+    mixture by default); a machine that has it keeps it untouched."""
+    target = root / folder
     if target.exists():
         return target
-    expected = locked_hash(root)
+    expected = locked_hash(root, stage, folder)
     scratch = target.with_name(target.name + ".restoring")  # a killed restore leaves only this, which nothing reads
     shutil.rmtree(scratch, ignore_errors=True)
-    rebuild(load_params(params_file or root / "params.yaml"), scratch)
+    (build or rebuild)(load_params(params_file or root / "params.yaml"), scratch, root)
     got = folder_hash(scratch)
     if got != expected:
         shutil.rmtree(scratch)
         raise InputError(
-            f"{root / 'dvc.lock'}: stage '{STAGE}' locked {FOLDER} as {expected}, but its draw rebuilt here hashes "
-            f"{got}: the data, params or code differ from the run that locked it (`dvc status {STAGE}` says which)"
+            f"{root / 'dvc.lock'}: stage '{stage}' locked {folder} as {expected}, but its draw rebuilt here hashes "
+            f"{got}: the data, params or code differ from the run that locked it (`dvc status {stage}` says which)"
         )
     scratch.rename(target)
     return target

@@ -20,9 +20,9 @@ from eagle3lab.regen.files import LOCK_SUFFIX, PROGRESS_SUFFIX, STALE_SUFFIX
 from eagle3lab.regen.run import SERVER_LOG_SUFFIX
 
 # Only these folders: figures/ (PNG bytes are not reproducible) and reports/ (executed notebooks: timings, paths) are
-# views of what these hold. answers/ (the grid's committed regeneration) is compared where a root has it: a smoke root
-# made before the grid has none.
-COMPARED = ("artifacts", "metrics", "answers")
+# views of what these hold. answers/ and answers_more/ (the grid's committed regeneration) are compared where a root has
+# them: a smoke root made before the grid (or before issue 66's more_answers) has none.
+COMPARED = ("artifacts", "metrics", "answers", "answers_more")
 REQUIRED = ("artifacts", "metrics")
 # an answers cell's own run files beside its output, which git and DVC leave out too (.gitignore, .dvcignore)
 ANSWERS_RUN_FILES = (PROGRESS_SUFFIX, SERVER_LOG_SUFFIX, LOCK_SUFFIX, STALE_SUFFIX)
@@ -124,7 +124,9 @@ def normaliser(root: Path):
 
 def outputs(root: Path) -> set[str]:
     found = {str(p.relative_to(root)) for folder in COMPARED for p in (root / folder).rglob("*") if p.is_file()}
-    found = {rel for rel in found if not (rel.startswith("answers/") and rel.endswith(ANSWERS_RUN_FILES))}
+    found = {
+        rel for rel in found if not (rel.startswith(("answers/", "answers_more/")) and rel.endswith(ANSWERS_RUN_FILES))
+    }
     return {
         rel for rel in found if is_result(Path(rel)) and not rel.startswith(CACHES) and not EVAL_FEATURES.match(rel)
     }

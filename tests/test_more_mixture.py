@@ -1,0 +1,73 @@
+"""`python -m eagle3lab.pipeline.more_mixture`: the prompts that grow stage 01's mixture are new (none of the first
+mixture's, whose val split picks every draft), drawn as stage 01 draws, and a machine without them rebuilds them
+bitwise, checked against dvc.lock; bad settings and files are errors naming where."""
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from eagle3lab import paths
+from eagle3lab.data.survey import prompt_key_of
+from eagle3lab.io import InputError
+from eagle3lab.pipeline import mixture_restore, more_mixture
+from eagle3lab.pipeline.stages import load_params
+
+PARAMS = paths.ROOT / "params.yaml"
+
+
+@pytest.fixture
+def root(tmp_path):
+    for name in ("dvc.lock", "params.yaml"):
+        shutil.copy(paths.ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def keys(path):
+    return [prompt_key_of(json.loads(line)["conversations"]) for line in path.read_text().splitlines()]
+
+
+def test_the_grown_prompts_are_rebuilt_bitwise_and_none_is_the_first_mixtures(root):
+    folder = more_mixture.restore(root)  # stage 01's mixture first: this root has neither
+    locked = mixture_restore.locked_hash(root, more_mixture.STAGE, more_mixture.FOLDER)
+    assert mixture_restore.folder_hash(folder) == locked
+    new = keys(folder / "train.jsonl")
+    first = more_mixture.first_keys(root)
+    assert len(new) == len(set(new)) and not set(new) & first
+    record = json.loads((paths.ROOT / more_mixture.RECORD).read_text())  # the committed accounting of that draw
+    assert record["new_prompts"] == len(new) and record["first_prompts"] == len(first)
+    assert record["first_missing_from_grown"] == 0  # the grown draw holds the first one
+    assert sum(source["new"] for source in record["sources"].values()) == len(new)
+
+
+def test_a_total_that_does_not_grow_the_mixture_is_refused_before_any_draw():
+    params = load_params(PARAMS)
+    first = params["dataset_survey"]["mixture_total"]
+    for total in (first, None, "8000"):
+        params["answers"]["more"] = {"mixture_total": total}
+        with pytest.raises(
+            InputError, match=rf"section 'answers.more': field 'mixture_total' must be .* above .*{first}"
+        ):
+            more_mixture.grown_total(params, PARAMS)
+
+
+def test_a_first_mixture_record_without_conversations_is_named(root):
+    folder = root / mixture_restore.FOLDER
+    folder.mkdir(parents=True)
+    (folder / "train.jsonl").write_text(json.dumps({"id": "a", "conversations": []}) + "\n" + json.dumps({"id": "b"}))
+    (folder / "val.jsonl").write_text("")
+    with pytest.raises(InputError, match=r"mixture/train.jsonl: record 2: field 'conversations'"):
+        more_mixture.first_keys(root)
+    (folder / "val.jsonl").unlink()
+    with pytest.raises(InputError, match=r"mixture/val.jsonl: no such file"):
+        more_mixture.first_keys(root)
+
+
+def test_a_lock_whose_grown_prompts_differ_is_refused_and_leaves_nothing(root):
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    lock["stages"][more_mixture.STAGE]["outs"][0]["md5"] = "0" * 32 + ".dir"
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock))
+    with pytest.raises(InputError, match=r"stage 'more_mixture' locked artifacts/more_mixture as 0+\.dir"):
+        more_mixture.restore(root)
+    assert not (root / more_mixture.FOLDER).exists() and (root / mixture_restore.FOLDER).exists()
