@@ -350,3 +350,15 @@ def speculative_row(engine, speculating, baseline, prompts, max_new_tokens):
         plain_records = measure_server(engine, plain, prompts, max_new_tokens, repeats=1)
     base = {r["prompt"].id: r["done"].token_ids for r in plain_records}
     return _row("mtbench", "trained", "1,2,1,3", TRAINED_DRAFT, engine.name, drafted, base), plain_records
+
+
+@pytest.fixture
+def locked_root(tmp_path):
+    """A root with the checkout's dvc.lock and params.yaml and none of the cached outputs: a fresh machine's."""
+    import shutil
+
+    from eagle3lab import paths
+
+    for name in ("dvc.lock", "params.yaml"):
+        shutil.copy(paths.ROOT / name, tmp_path / name)
+    return tmp_path

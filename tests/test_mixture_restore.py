@@ -1,20 +1,15 @@
 """`python -m eagle3lab.pipeline.mixture_restore`: stage 01's mixture rebuilt from the data and params alone is the
 one dvc.lock records, byte for byte; a draw that differs is refused and leaves nothing behind."""
 
-import shutil
-
 import pytest
 
-from eagle3lab import paths
 from eagle3lab.io import InputError
 from eagle3lab.pipeline import mixture_restore
 
 
 @pytest.fixture
-def root(tmp_path):
-    for name in ("dvc.lock", "params.yaml"):
-        shutil.copy(paths.ROOT / name, tmp_path / name)
-    return tmp_path
+def root(locked_root):
+    return locked_root
 
 
 def test_the_rebuilt_mixture_is_the_one_dvc_lock_records(root):

@@ -3,7 +3,6 @@ mixture's, whose val split picks every draft), drawn as stage 01 draws, and a ma
 bitwise, checked against dvc.lock; bad settings and files are errors naming where."""
 
 import json
-import shutil
 
 import pytest
 import yaml
@@ -18,10 +17,8 @@ PARAMS = paths.ROOT / "params.yaml"
 
 
 @pytest.fixture
-def root(tmp_path):
-    for name in ("dvc.lock", "params.yaml"):
-        shutil.copy(paths.ROOT / name, tmp_path / name)
-    return tmp_path
+def root(locked_root):
+    return locked_root
 
 
 def keys(path):
