@@ -83,6 +83,12 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
         assert pooled["all"]["prompts"] == len(record["acceptance"]["per_prompt"]) == 5, name
         assert (tmp_path / "artifacts" / "grid" / "drafts" / name / "config.json").exists(), name
         assert (tmp_path / "reports" / "drafts" / f"{name}.ipynb").exists(), name
+    # issue 66's draft from scratch: every train cell's and more cell's answer, trained, scored and recorded apart
+    grown = json.loads((tmp_path / "metrics" / "grown_drafts" / "grown.json").read_text())
+    every = sum(records[name]["success"] for name in ("train-000", "train-001")) + more["success"]
+    assert grown["records"] == every and grown["training"]["stopped_by"] in ("patience", "budget")
+    assert {row["set"]: row for row in grown["acceptance"]["pooled"]}["all"]["prompts"] == 5
+    assert (tmp_path / "reports" / "grown_drafts" / "grown.ipynb").exists()
     # stage 04 tunes the final draft: a decision, and the tuned config benchmarked beside the fixed ones
     assert metrics["tune"]["decision"] and "tuned" in metrics["benchmark"]
     # the grid's cost cells: every prompt timed by both systems in every repeat, in the engine each names

@@ -1,0 +1,109 @@
+"""`python -m eagle3lab.pipeline.grown_drafts NAME`: one cell of dvc.yaml's `grown_drafts` stage (one per entry of
+params.yaml's `drafts.grown.cells`): issue 66's draft from scratch on all the regenerated answers, the first
+mixture's (`drafts.train_answers`, answers/) and those of the prompts that grow it (`answers.more.cells`,
+answers_more/), notebooks/cells/grown_draft.ipynb through papermill into reports/grown_drafts/NAME.ipynb.
+
+It is a draft cell of the grid in all but its data (`pipeline.drafts.DraftCell`): the grid's plan trains it to its
+plateau (`drafts.plan` over `train_draft`), it resumes after a kill from its run folder's last checkpoint (on the
+machine that holds the folder: checkpoints are a cache, not committed), it is scored by exact offline acceptance on the
+evaluation set, and its record (metrics/grown_drafts/NAME.json, apart from the curve's so the forecast fitted on the
+curve never reads it) says where it ran. An entry is {replicate: K}: K > 0 repeats the first cell's draft with
+training seed `common.seed` + K.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle3lab import paths
+from eagle3lab.io import InputError, command, read_jsonl, write_jsonl
+from eagle3lab.pipeline.cell_command import run_cell
+from eagle3lab.pipeline.drafts import EVALUATION, SECTION, DraftCell, _answers
+from eagle3lab.pipeline.more_answers import MORE
+from eagle3lab.pipeline.stages import SHARED_SECTION, check_params, load_params
+
+NOTEBOOK = "cells/grown_draft.ipynb"  # under notebooks/
+RECORDS = "metrics/grown_drafts"
+CELL_FIELDS = {"replicate"}
+
+
+@dataclass
+class GrownDraftCell(DraftCell):
+    more_answers: list[str] | None = None  # answers.more.cells, in their order
+    replicate: int = 0  # 0: the first grown draft; K: its repeat with training seed common.seed + K
+    first: str = ""  # the cell a replicate repeats
+
+    @property
+    def record(self) -> Path:
+        return paths.ROOT / RECORDS / f"{self.name}.json"
+
+    def data(self) -> dict[str, str]:
+        """Every committed training answer, the first mixture's cells then the more cells, each in its file's order
+        (the same committed bytes give the same file, so a killed cell resumes), and the grid's held-out answers."""
+        files = [_answers(cell) for cell in self.answers["train_answers"]]
+        for cell in self.more_answers:
+            path = paths.ROOT / MORE.output / f"{cell}.jsonl"
+            if not path.exists():
+                raise InputError(
+                    f"{path}: no such file: the more_answers cell '{cell}' has not run (make carry runs it)"
+                )
+            files.append(path)
+        train = self.artifacts / "answers" / "grown.jsonl"
+        write_jsonl(train, (row for path in files for row in read_jsonl(path)))
+        val = _answers(self.answers["val_answers"])
+        return {"train": str(train.relative_to(paths.ROOT)), "val": str(val.relative_to(paths.ROOT))}
+
+    def run(self, data: dict[str, str]):
+        """The draft of all of it: every record of the joined file, regenerated answers."""
+        from eagle3lab.train.answer_tokens import AnswerTokens
+        from eagle3lab.train.plan import DraftRun
+
+        counts = AnswerTokens(self.common["target"], self.training["max_len"])(paths.ROOT / data["train"])
+        seed = self.common["seed"] + self.replicate if self.replicate else None
+        replicate_of = self.first if self.replicate else None
+        return DraftRun(self.name, data["train"], len(counts), "regenerated", sum(counts), replicate_of=replicate_of,
+                        seed=seed)  # fmt: skip
+
+
+def cell_of(name: str, params_file: Path | None = None) -> GrownDraftCell:
+    """The cell NAME of drafts.grown.cells, with the sections it reads; errors name the file, key and field."""
+    params_file = Path(params_file or paths.PARAMS)
+    params = load_params(params_file)
+    check_params(params, params_file)
+    where = f"{params_file}: section '{SECTION}.grown'"
+    cells = ((params.get(SECTION) or {}).get("grown") or {}).get("cells")
+    if not isinstance(cells, dict) or name not in cells:
+        raise InputError(f"{where}: no cell '{name}' in `cells` ({', '.join(map(str, cells or {}))})")
+    entry = cells[name] or {}
+    replicate = entry.get("replicate", 0) if isinstance(entry, dict) else None
+    firsts = [other for other, e in cells.items() if not (e or {}).get("replicate")]
+    if not isinstance(replicate, int) or set(entry) - CELL_FIELDS or replicate < 0 or len(firsts) != 1:
+        raise InputError(f"{where}: cells.{name}: expected {{replicate: K >= 0}} and one first cell, got {entry!r}")
+    more = list(((params.get(MORE.keys[0]) or {}).get(MORE.keys[1]) or {}).get("cells") or {})
+    if not more:
+        raise InputError(f"{params_file}: section '{MORE.where}': no `cells`: a grown draft trains on their answers")
+    section = params[SECTION]
+    answers = {key: section.get(key) for key in ("train_answers", "val_answers")} | {"sampled_answers": []}
+    if not answers["train_answers"] or not answers["val_answers"]:
+        raise InputError(f"{params_file}: section '{SECTION}': `train_answers` and `val_answers` are needed")
+    benchmark = params.get("benchmark") or {}
+    missing = [key for key in EVALUATION if key not in benchmark]
+    if missing:
+        raise InputError(f"{params_file}: section 'benchmark': missing {missing}, which the draft cells read")
+    training = (params.get("train_draft") or {}) | (section.get("plan") or {})
+    evaluation = {key: benchmark[key] for key in EVALUATION}
+    return GrownDraftCell(name, params.get(SHARED_SECTION) or {}, training, evaluation, answers, more_answers=more,
+                          replicate=replicate, first=firsts[0])  # fmt: skip
+
+
+@command("python -m eagle3lab.pipeline.grown_drafts")
+def main(argv: list[str] | None = None) -> int:
+    return run_cell(
+        "grown_drafts", __doc__, argv, "a name of params.yaml's drafts.grown.cells", cell_of, NOTEBOOK, "draft"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
