@@ -68,3 +68,32 @@ def test_a_lock_whose_grown_prompts_differ_is_refused_and_leaves_nothing(root):
     with pytest.raises(InputError, match=r"stage 'more_mixture' locked artifacts/more_mixture as 0+\.dir"):
         more_mixture.restore(root)
     assert not (root / more_mixture.FOLDER).exists() and (root / mixture_restore.FOLDER).exists()
+
+
+def _write(path, record):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def test_the_results_section_counts_the_new_answers_beside_the_first_ones(tmp_path):
+    from eagle3lab.pipeline import report_more_data
+
+    assert "not drawn yet" in report_more_data.section(tmp_path)
+    source = {"selected": 9, "quota": 9, "new": 6}
+    _write(tmp_path / "more_mixture.json", {"mixture_total": 12, "grown_prompts": 11, "first_prompts": 5,
+           "first_missing_from_grown": 0, "new_prompts": 6, "sources": {"s": source}})  # fmt: skip
+    ran = {"cpu": "Xeon A", "minutes": {"train": 1.0, "score": 0.5}}
+    greedy, sampled = {"dtype": "bfloat16", "temperature": 0.0}, {"dtype": "bfloat16", "temperature": 0.7}
+    cell = {"prompts": 4, "skipped": 1, "errors": 0, "tokens_per_s": 9.0, "minutes": 1.0, "ran": ran}
+    _write(tmp_path / "answers" / "train-000.json", cell | {"split": "train", "success": 3, "settings": greedy})
+    _write(tmp_path / "answers" / "val.json", cell | {"split": "val", "success": 2, "settings": greedy})
+    _write(tmp_path / "answers" / "sampled-000.json", cell | {"split": "train", "success": 3, "settings": sampled})
+    _write(tmp_path / "answers_more" / "more-000.json", cell | {"split": "train", "success": 4, "settings": greedy})
+    text = report_more_data.section(tmp_path)
+    assert "1 `more_answers` cells have run: 4 of the 6 new prompts answered, so 7 training conversations" in text
+    assert "(the first mixture's train cells: 3)" in text and "No draft on all of it has trained yet" in text
+    acceptance = {"pooled": [{"set": "all", "accept_length": 1.5}]}
+    training = {"stopped_by": "patience", "steps": 40, "answer_tokens_seen": 300}
+    _write(tmp_path / "grown_drafts" / "grown.json", {"records": 7, "answer_tokens": 100, "training": training,
+           "acceptance": acceptance, "ran": ran})  # fmt: skip
+    assert "| grown | 7 | 100 | patience | 40 | 3 | 1.50 | 1.50 |" in report_more_data.section(tmp_path)

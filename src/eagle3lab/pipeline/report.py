@@ -16,6 +16,7 @@ from eagle3lab.pipeline import (
     report_engines,
     report_forecast,
     report_machines,
+    report_more_data,
     report_scaling,
 )
 from eagle3lab.pipeline.report_tables import ROW_KEYS, cells, figure, load_metrics, table
@@ -219,6 +220,7 @@ def render(metrics: Path | None = None) -> str:
         parts.append(fn(data) if data else f"_(no `metrics/{name}.json` yet: run `make repro`)_\n")
     parts.append(report_forecast.section(metrics))
     parts.append(report_closeness.section(metrics))
+    parts.append(report_more_data.section(metrics))
     if (metrics / "gpu" / "run.json").exists():
         parts.append(gpu_adopt.section(metrics / "gpu", table))
     parts.append(report_machines.section(metrics))

@@ -1,0 +1,61 @@
+"""The results page's section on ten times the data (issue 66), read from committed records only: the prompts that grow
+the mixture (metrics/more_mixture.json: new prompts per source), how many of them the more_answers cells have answered
+(metrics/answers_more/: each cell's accounting), the training answers in all beside the first mixture's
+(metrics/answers/), and each grown draft (metrics/grown_drafts/: its data, stop, compute and accept length)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eagle3lab.pipeline.report_tables import load_folder, load_metrics, table
+
+SOURCE_HEADER = ["source", "drawn at the grown total", "its quota", "new prompts"]
+ALL = "all"  # the pooled row of a draft record's acceptance: every prompt
+CELL_HEADER = ["cell", "prompts", "answered", "over-length", "errors", "tokens/s", "minutes", "CPU", "dtype"]
+DRAFT_HEADER = ["draft", "conversations", "answer tokens", "stopped by", "steps", "passes", "minutes", "accept length"]
+
+
+def _answered(records: list[dict]) -> int:
+    """Training conversations answered: greedy answers to train prompts (not the held-out pick's, not T=0.7's)."""
+    return sum(r["success"] for r in records if r["split"] == "train" and r["settings"]["temperature"] == 0)
+
+
+def _draft_row(record: dict) -> list:
+    training, minutes = record["training"], record["ran"]["minutes"]
+    pooled = {row["set"]: row["accept_length"] for row in record["acceptance"]["pooled"]}
+    passes = training["answer_tokens_seen"] / record["answer_tokens"]
+    return [record["cell"], record["records"], record["answer_tokens"], training["stopped_by"], training["steps"],
+            round(passes, 2), round(minutes["train"] + minutes["score"], 1), round(pooled[ALL], 3)]  # fmt: skip
+
+
+def section(metrics: Path) -> str:
+    """The section's markdown; where nothing has run yet, what it waits for."""
+    lines = ["### Ten times the data (issue 66)", ""]
+    grown = load_metrics(metrics, "more_mixture")
+    if grown is None:
+        return "\n".join(lines + ["The prompts that grow the mixture are not drawn yet (`more_mixture`)."]) + "\n"
+    lines.append(
+        f"Stage 01's draw at {grown['mixture_total']:,} holds {grown['grown_prompts']:,} prompts: the first mixture's "
+        f"{grown['first_prompts']:,} ({grown['first_missing_from_grown']} missing) and {grown['new_prompts']:,} new, "
+        "answered by the `more_answers` cells into `answers_more/`:"
+    )
+    rows = [[name, s["selected"], s["quota"], s["new"]] for name, s in grown["sources"].items()]
+    lines += ["", table(SOURCE_HEADER, rows)]
+    cells = load_folder(metrics / "answers_more")
+    first, answered = _answered(load_folder(metrics / "answers")), _answered(cells)
+    rows = [[c["cell"], c["prompts"], c["success"], c["skipped"], c["errors"], round(c["tokens_per_s"]),
+             c["minutes"], c["ran"]["cpu"], c["settings"]["dtype"]] for c in cells]  # fmt: skip
+    lines += [
+        "",
+        f"{len(cells)} `more_answers` cells have run: {answered:,} of the {grown['new_prompts']:,} new prompts answered, so "
+        f"{first + answered:,} training conversations in all (the first mixture's train cells: {first:,}).",
+    ]
+    if rows:
+        lines += ["", table(CELL_HEADER, rows)]
+    drafts = load_folder(metrics / "grown_drafts")
+    if drafts:
+        rows = [_draft_row(d) for d in drafts]
+        lines += ["", "The drafts from scratch on all of it (`grown_drafts`):", "", table(DRAFT_HEADER, rows)]
+    else:
+        lines += ["", "No draft on all of it has trained yet (`grown_drafts`)."]
+    return "\n".join(lines) + "\n"
