@@ -9,7 +9,7 @@ import yaml
 
 from eagle3lab import paths
 from eagle3lab.data.survey import prompt_key_of
-from eagle3lab.io import InputError
+from eagle3lab.io import InputError, read_jsonl
 from eagle3lab.pipeline import mixture_restore, more_mixture
 from eagle3lab.pipeline.stages import load_params
 
@@ -22,7 +22,7 @@ def root(locked_root):
 
 
 def keys(path):
-    return [prompt_key_of(json.loads(line)["conversations"]) for line in path.read_text().splitlines()]
+    return [prompt_key_of(row["conversations"]) for row in read_jsonl(path)]  # a prompt may hold U+2028
 
 
 def test_the_grown_prompts_are_rebuilt_bitwise_and_none_is_the_first_mixtures(root):
@@ -56,6 +56,7 @@ def test_a_first_mixture_record_without_conversations_is_named(root):
     (folder / "val.jsonl").write_text("")
     with pytest.raises(InputError, match=r"mixture/train.jsonl: record 2: field 'conversations'"):
         more_mixture.first_keys(root)
+    (folder / "train.jsonl").write_text(json.dumps({"id": "a", "conversations": []}) + "\n")
     (folder / "val.jsonl").unlink()
     with pytest.raises(InputError, match=r"mixture/val.jsonl: no such file"):
         more_mixture.first_keys(root)
