@@ -47,8 +47,9 @@ def section(metrics: Path) -> str:
              c["minutes"], c["ran"]["cpu"], c["settings"]["dtype"]] for c in cells]  # fmt: skip
     lines += [
         "",
-        f"{len(cells)} `more_answers` cells have run: {answered:,} of the {grown['new_prompts']:,} new prompts answered, so "
-        f"{first + answered:,} training conversations in all (the first mixture's train cells: {first:,}).",
+        f"{len(cells)} `more_answers` cells have run: {answered:,} of the {grown['new_prompts']:,} new prompts "
+        f"answered, so {first + answered:,} training conversations in all (the first mixture's train cells: "
+        f"{first:,}).",
     ]
     if rows:
         lines += ["", table(CELL_HEADER, rows)]

@@ -53,7 +53,9 @@ TIMING_WORDS = frozenset(
 # calibration, tune's whole profile and decision. Listed by file and top-level key; every other key is compared.
 DECIDED_BY_TIMINGS = {
     "metrics/benchmark.json": {"best_config", "lossless", "tuned", "llamacpp", "llamacpp_split"},
-    "metrics/scaling.json": {"break_even_tau", "tau_for_2x", "local_calibration", "tuned", "engines", "records_needed"},
+    # each fit's records_for_break_even and records_for_2x: the fit read at the timed costs' break-even (stage 05)
+    "metrics/scaling.json": {"break_even_tau", "tau_for_2x", "local_calibration", "tuned", "engines", "records_needed"}
+    | {"records_for_break_even", "records_for_2x"},
     "metrics/tune.json": {"profile", "costs", "predictions", "benchmark", "ranked", "winner", "decision", "launch"},
 }
 # A finding read off the cost model (data needed for a speedup) carries the accept length that speedup needs.
@@ -80,16 +82,16 @@ def is_result(path: Path) -> bool:
 
 
 def without_timings(value, decided: set[str] = frozenset()):
-    """A JSON value with its timing keys, the keys in `decided` (top level) and findings read off the cost model
-    left out: what must be equal between two runs of the same code."""
+    """A JSON value with its timing keys, the keys in `decided` (at any depth: a file's names for what its timings
+    decide) and findings read off the cost model left out: what must be equal between two runs of the same code."""
     if isinstance(value, dict):
         return {
-            k: without_timings(v)
+            k: without_timings(v, decided)
             for k, v in value.items()
             if not is_timing(k) and k not in decided and not (isinstance(v, dict) and SPEED_FINDING in v)
         }
     if isinstance(value, list):
-        kept = [without_timings(v) for v in value if not (isinstance(v, dict) and SPEED_FINDING in v)]
+        kept = [without_timings(v, decided) for v in value if not (isinstance(v, dict) and SPEED_FINDING in v)]
         # rows of a table: their order is how the run met them (a set's iteration, requests as they finished)
         if kept and all(isinstance(v, dict) for v in kept):
             kept.sort(key=lambda v: json.dumps(v, sort_keys=True))
