@@ -13,6 +13,7 @@ training seed `common.seed` + K.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,9 @@ from pathlib import Path
 from eagle3lab import paths
 from eagle3lab.io import InputError, command, read_jsonl, write_jsonl
 from eagle3lab.pipeline.cell_command import run_cell
-from eagle3lab.pipeline.drafts import EVALUATION, SECTION, DraftCell, _answers
+from eagle3lab.pipeline.drafts import EVALUATION, SECTION, _answers
 from eagle3lab.pipeline.more_answers import MORE
+from eagle3lab.pipeline.point_drafts import PointDraftCell
 from eagle3lab.pipeline.stages import SHARED_SECTION, check_params, load_params
 
 NOTEBOOK = "cells/grown_draft.ipynb"  # under notebooks/
@@ -30,10 +32,10 @@ CELL_FIELDS = {"replicate"}
 
 
 @dataclass
-class GrownDraftCell(DraftCell):
+class GrownDraftCell(PointDraftCell):
+    """A point draft's machinery (one committed file, whole, and its replicates) on every regenerated answer."""
+
     more_answers: list[str] | None = None  # answers.more.cells, in their order
-    replicate: int = 0  # 0: the first grown draft; K: its repeat with training seed common.seed + K
-    first: str = ""  # the cell a replicate repeats
 
     @property
     def record(self) -> Path:
@@ -56,15 +58,8 @@ class GrownDraftCell(DraftCell):
         return {"train": str(train.relative_to(paths.ROOT)), "val": str(val.relative_to(paths.ROOT))}
 
     def run(self, data: dict[str, str]):
-        """The draft of all of it: every record of the joined file, regenerated answers."""
-        from eagle3lab.train.answer_tokens import AnswerTokens
-        from eagle3lab.train.plan import DraftRun
-
-        counts = AnswerTokens(self.common["target"], self.training["max_len"])(paths.ROOT / data["train"])
-        seed = self.common["seed"] + self.replicate if self.replicate else None
-        replicate_of = self.first if self.replicate else None
-        return DraftRun(self.name, data["train"], len(counts), "regenerated", sum(counts), replicate_of=replicate_of,
-                        seed=seed)  # fmt: skip
+        """The draft of all of it: every record of the joined file, regenerated answers of no one source."""
+        return dataclasses.replace(super().run(data), responses="regenerated", source=None)
 
 
 def cell_of(name: str, params_file: Path | None = None) -> GrownDraftCell:
