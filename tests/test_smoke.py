@@ -8,7 +8,11 @@ import yaml
 from eagle3lab import paths
 from eagle3lab.pipeline import report, smoke
 
-GRID = {"answers", "drafts", "costs", "forecast", "points", "point_drafts", "closeness"}  # stages of no notebook NN_
+GRID = {"answers", "drafts", "costs", "forecast", "points", "point_drafts", "closeness"} | {
+    "more_mixture",
+    "more_answers",
+    "grown_drafts",
+}  # stages of no notebook NN_
 
 
 def test_smoke_params_have_the_same_keys_as_the_reference_params():
