@@ -1,6 +1,6 @@
-"""`python -m eagle3lab.pipeline.grown_drafts`: issue 66's draft from scratch trains on every committed training answer,
-the first mixture's cells then the more cells, under the grid's plan; bad cells and missing answers are named. The
-draft itself trains and is scored in the smoke pipeline (tests/test_smoke.py)."""
+"""`python -m eagle3lab.pipeline.grown_drafts`: issue 66's drafts train on every committed training answer, the first
+mixture's cells then the more cells, under the grid's plan, from scratch or fine-tuning a committed draft; bad cells and
+missing answers are named. The drafts themselves train and are scored in the smoke pipeline (tests/test_smoke.py)."""
 
 import json
 from pathlib import Path
@@ -31,6 +31,24 @@ def test_a_grown_cell_is_the_grid_plans_draft_and_a_replicate_repeats_the_first(
     assert again.record.name == "grown-seed1.json" and again.record.parent.name == "grown_drafts"
 
 
+GPU_DRAFT = "drafts/smollm2-original-6960"
+
+
+def test_the_fine_tune_route_starts_from_its_draft_under_its_own_keys(tmp_path):
+    cells = {"grown": {}, "finetuned": {"start": GPU_DRAFT}, "finetuned-seed1": {"start": GPU_DRAFT, "replicate": 1}}
+    path = _params(tmp_path, fine_tune={"lr": 0.0005, "draft_vocab_size": 4096}, cells=cells)
+    scratch, tuned, again = (grown_drafts.cell_of(name, path) for name in cells)
+    assert (scratch.start, tuned.start, again.start, again.first) == (None, GPU_DRAFT, GPU_DRAFT, "finetuned")
+    assert (tuned.training["lr"], tuned.training["draft_vocab_size"]) == (0.0005, 4096)
+    assert scratch.training["lr"] != 0.0005 and tuned.training["patience"] == 2  # the plan's rule on both routes
+    train = tmp_path / "train.jsonl"
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    train.write_text(json.dumps({"id": "a", "conversations": turns}) + "\n")
+    routes = [cell.run({"train": str(train), "val": str(train)}) for cell in (scratch, tuned)]
+    assert [run.overrides for run in routes] == [{}, {"init_draft": GPU_DRAFT}]
+    assert [(run.responses, run.source) for run in routes] == [("regenerated", None)] * 2
+
+
 @pytest.mark.parametrize(
     ("cells", "message"),
     [
@@ -38,6 +56,8 @@ def test_a_grown_cell_is_the_grid_plans_draft_and_a_replicate_repeats_the_first(
         ({"a": {"seed": 3}}, "cells.a: expected"),
         ({"a": {"replicate": -1}}, "cells.a: expected"),
         ({"a": {}, "b": {}}, "cells.a: expected .* and one first cell"),
+        ({"a": {"start": GPU_DRAFT}, "b": {"start": GPU_DRAFT}}, "cells.a: expected .* one first cell .* per start"),
+        ({"a": {"start": "drafts/none"}}, "cells.a: start 'drafts/none' is no draft folder"),
     ],
 )
 def test_a_bad_grown_cell_is_named(tmp_path, cells, message):

@@ -94,7 +94,10 @@ def test_the_results_section_counts_the_new_answers_beside_the_first_ones(tmp_pa
     assert "1 `more_answers` cells have run: 4 of the 6 new prompts answered, so 7 training conversations" in text
     assert "(the first mixture's train cells: 3)" in text and "No draft on all of it has trained yet" in text
     acceptance = {"pooled": [{"set": "all", "accept_length": 1.5}]}
-    training = {"stopped_by": "patience", "steps": 40, "answer_tokens_seen": 300}
-    _write(tmp_path / "grown_drafts" / "grown.json", {"records": 7, "answer_tokens": 100, "training": training,
-           "acceptance": acceptance, "ran": ran})  # fmt: skip
-    assert "| grown | 7 | 100 | patience | 40 | 3 | 1.50 | 1.50 |" in report_more_data.section(tmp_path)
+    training = {"stopped_by": "patience", "steps": 40, "answer_tokens_seen": 300, "tokens": 900}
+    grown = {"records": 7, "answer_tokens": 100, "training": training, "acceptance": acceptance, "ran": ran}
+    _write(tmp_path / "grown_drafts" / "grown.json", grown | {"overrides": {}})
+    _write(tmp_path / "grown_drafts" / "tuned.json", grown | {"overrides": {"init_draft": "drafts/gpu-6960"}})
+    text = report_more_data.section(tmp_path)
+    assert "| grown | from scratch | 7 | 100 | patience | 40 | 3 | 900 | 1.50 | 1.50 |" in text
+    assert "| tuned | fine-tune of gpu-6960 | 7 | 100 | patience | 40 | 3 | 900 | 1.50 | 1.50 |" in text

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from eagle3lab.drafters.eagle3.loss import STEP_DECAY, ttt_loss
-from eagle3lab.drafters.eagle3.train import train_draft
+from eagle3lab.drafters.eagle3.train import Eagle3TrainConfig, train_draft
 from eagle3lab.io import read_jsonl
 from eagle3lab.models.checkpoint import open_checkpoint
 from eagle3lab.models.draft import load_draft
@@ -68,7 +68,7 @@ def config(setup, name, **kw):
         epochs=3,
         progress=False,
     )
-    return TrainConfig(**{**base, **kw})
+    return Eagle3TrainConfig(**{**base, **kw})
 
 
 def as_exported(weights: torch.Tensor) -> torch.Tensor:
@@ -290,6 +290,38 @@ def test_without_held_out_data_the_last_draft_is_exported(setup):
     assert result["best"] is None and all(torch.equal(exported[k], as_exported(v)) for k, v in last.items())
 
 
+@pytest.fixture(scope="module")
+def start_draft(setup) -> str:
+    """A draft folder fine-tuning starts from."""
+    return train_draft(config(setup, "start", max_steps=2, val=None))["draft"]
+
+
+def test_fine_tuning_starts_from_the_drafts_weights_and_keeps_its_vocabulary(setup, start_draft, tmp_path):
+    start = start_draft
+    other = str(write_conversations(tmp_path / "other.jsonl", 24, seed=7))
+    fresh = train_draft(config(setup, "fresh-on-other", data=other, max_steps=1, val=None))
+    # at learning rate 0 the fine-tuned draft is the one it started from, weight for weight
+    tuned = train_draft(config(setup, "tuned", data=other, init_draft=start, max_steps=1, lr=0.0, val=None))
+    vocab = {name: json.loads((Path(path) / ".." / "vocab.json").read_text())["ids"]
+             for name, path in (("start", start), ("fresh", fresh["draft"]), ("tuned", tuned["draft"]))}  # fmt: skip
+    assert vocab["tuned"] == vocab["start"] != vocab["fresh"]  # the other data's own vocabulary differs
+    assert tuned["vocab"]["coverage"] < fresh["vocab"]["coverage"] == 1.0  # reported on the data it trained on
+    started, ended = load_draft(start).state_dict(), load_draft(tuned["draft"]).state_dict()
+    assert started.keys() == ended.keys() and all(torch.equal(ended[k], v) for k, v in started.items())
+
+
+def test_fine_tuning_refuses_a_draft_these_settings_would_not_train(setup, start_draft):
+    from eagle3lab.io import InputError
+
+    start = start_draft
+    with pytest.raises(InputError, match=r"start/draft/config.json: field draft_vocab_size is 128, the training "):
+        train_draft(config(setup, "refused", init_draft=start, draft_vocab_size=64))
+    with pytest.raises(InputError, match=r"init_head_from_target and init_layer_from_target start a fresh draft"):
+        train_draft(config(setup, "refused", init_draft=start, init_head_from_target=True))
+    with pytest.raises(InputError, match=r"init_draft: .*nowhere/config.json"):
+        train_draft(config(setup, "refused", init_draft=str(setup["root"] / "nowhere")))
+
+
 def test_token_cap_bounds_tokens_and_steps_and_the_schedule_spans_it(setup):
     from eagle3lab.io import InputError
     from eagle3lab.train.loop import lr_factor
@@ -457,9 +489,11 @@ def test_cli_is_generated_from_the_config_and_agrees_with_it():
 
     kind, parsed = parse_args(["--data", "d.jsonl", "--output", "out"])
     assert kind.name == "eagle3"
-    assert parsed == TrainConfig(data="d.jsonl", output="out")  # every default comes from the dataclass
+    assert parsed == Eagle3TrainConfig(data="d.jsonl", output="out")  # every default comes from the dataclass
     options = {a.dest for a in build_parser()._actions} - {"help", "drafter"}
-    assert options == {f.name for f in fields(TrainConfig)}
+    assert (
+        options == {f.name for f in fields(Eagle3TrainConfig)} == {f.name for f in fields(TrainConfig)} | {"init_draft"}
+    )
     _, flipped = parse_args(
         ["--data", "d", "--output", "o", "--online", "--no-progress", "--aux-layer-ids", "1,14,26", "--max-steps", "7"]
     )

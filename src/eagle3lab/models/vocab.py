@@ -63,6 +63,13 @@ def count_tokens(sequences: Iterable[tuple[torch.Tensor, torch.Tensor]], vocab_s
     return counts
 
 
+def fixed_vocab(ids: torch.Tensor, counts: torch.Tensor) -> DraftVocab:
+    """A draft's own vocabulary (a fine-tuned draft keeps it: its head's rows stand for these ids), reported on the
+    training data's `counts`."""
+    return DraftVocab(ids=torch.as_tensor(ids, dtype=torch.long).sort().values, vocab_size=counts.numel(),
+                      counts=counts.clone(), padded=0)  # fmt: skip
+
+
 def build_vocab(counts: torch.Tensor, draft_vocab_size: int) -> DraftVocab:
     """Top `draft_vocab_size` tokens by frequency (ties broken by lower id); when fewer distinct tokens were seen,
     pad with the lowest unused ids so the head keeps its configured size."""

@@ -32,7 +32,7 @@ from eagle3lab import paths
 from eagle3lab.devices import resolve_dtype
 from eagle3lab.io import InputError, RunFailed, command, write_json
 from eagle3lab.pipeline import machine, repro_log
-from eagle3lab.pipeline.stages import SHARED_SECTION, cell_arguments, check_params, load_params
+from eagle3lab.pipeline.stages import SHARED_SECTION, cell_arguments, check_params, load_params, section_at
 from eagle3lab.regen.files import RunFiles
 from eagle3lab.regen.run import regenerate
 from eagle3lab.regen.settings import RegenSettings, resolve_backend
@@ -113,9 +113,7 @@ def cell_of(params: dict, name: str, params_file: Path, family: Family = FIRST) 
     """The cell NAME of the family's params section, checked: its split, a slice start of 0 or more and a count of 1
     or more (default `answers.chunk_size`, every family's; null: to the split's end)."""
     where = f"{params_file}: section '{family.where}'"
-    section = params
-    for key in family.keys:
-        section = section.get(key) if isinstance(section, dict) else None
+    section = section_at(params, family.keys)
     if not isinstance(section, dict) or not isinstance(section.get("cells"), dict):
         raise InputError(f"{where}: expected a mapping `cells` of NAME -> {{split, start, ...}}")
     cells = section["cells"]

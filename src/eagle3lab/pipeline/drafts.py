@@ -27,6 +27,7 @@ from pathlib import Path
 
 from eagle3lab import paths
 from eagle3lab.io import InputError, command, read_jsonl, sha256_file, write_json, write_jsonl
+from eagle3lab.models.checkpoint import weight_files
 from eagle3lab.pipeline import machine, repro_log
 from eagle3lab.pipeline.stages import SHARED_SECTION, cell_arguments, check_params, execute, load_params
 
@@ -130,7 +131,9 @@ class DraftCell:
             "live_dir": str(self.artifacts / "live") if t["live_dir"] else None,
         }
         own = {"dflash": {"block_size": t["dflash_block_size"]}}
-        self._resumable(run, [settings, own, vars(run)], [data["val"], run.data])
+        start = run.overrides.get("init_draft")  # a fine-tuned draft's start, by its bytes: a changed one starts over
+        starts = [str(path) for path in weight_files(paths.ROOT / start)] if start else []
+        self._resumable(run, [settings, own, vars(run)], [data["val"], run.data, *starts])
         started = time.monotonic()
         result = train_runs([run], settings, paths.ROOT, self.artifacts, data["val"], drafter_settings=own)[self.name]
         self.minutes["train"] = round((time.monotonic() - started) / 60, 2)
@@ -229,12 +232,17 @@ def cell_of(name: str, params_file: Path | None = None) -> DraftCell:
     if not answers["train_answers"] or not answers["val_answers"]:
         raise InputError(f"{where}: `train_answers` (a list of answers cells) and `val_answers` (one) are needed")
     answers["sampled_answers"] = answers["sampled_answers"] or []
+    evaluation = evaluation_of(params, params_file)
+    return DraftCell(name, params.get(SHARED_SECTION) or {}, _grid_plan(params, where, name), evaluation, answers)
+
+
+def evaluation_of(params: dict, params_file: Path) -> dict:
+    """benchmark's EVALUATION keys, which every draft cell (the grid's, the points', the grown ones) is scored by."""
     benchmark = params.get("benchmark") or {}
     missing = [key for key in EVALUATION if key not in benchmark]
     if missing:
         raise InputError(f"{params_file}: section 'benchmark': missing {missing}, which the draft cells read")
-    evaluation = {key: benchmark[key] for key in EVALUATION}
-    return DraftCell(name, params.get(SHARED_SECTION) or {}, _grid_plan(params, where, name), evaluation, answers)
+    return {key: benchmark[key] for key in EVALUATION}
 
 
 def _grid_plan(params: dict, where: str, name: str) -> dict:

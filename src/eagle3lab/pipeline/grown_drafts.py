@@ -1,14 +1,16 @@
 """`python -m eagle3lab.pipeline.grown_drafts NAME`: one cell of dvc.yaml's `grown_drafts` stage (one per entry of
-params.yaml's `drafts.grown.cells`): issue 66's draft from scratch on all the regenerated answers, the first
-mixture's (`drafts.train_answers`, answers/) and those of the prompts that grow it (`answers.more.cells`,
-answers_more/), notebooks/cells/grown_draft.ipynb through papermill into reports/grown_drafts/NAME.ipynb.
+params.yaml's `drafts.grown.cells`): issue 66's draft on all the regenerated answers, the first mixture's
+(`drafts.train_answers`, answers/) and those of the prompts that grow it (`answers.more.cells`, answers_more/),
+notebooks/cells/grown_draft.ipynb through papermill into reports/grown_drafts/NAME.ipynb. Two routes: from scratch,
+or fine-tuning a committed draft (`start`: the GPU draft of drafts/ stands in for the public draft a user starts from),
+under the route's own training keys (`drafts.grown.fine_tune`: a lower learning rate).
 
 It is a draft cell of the grid in all but its data (`pipeline.drafts.DraftCell`): the grid's plan trains it to its
 plateau (`drafts.plan` over `train_draft`), it resumes after a kill from its run folder's last checkpoint (on the
 machine that holds the folder: checkpoints are a cache, not committed), it is scored by exact offline acceptance on the
 evaluation set, and its record (metrics/grown_drafts/NAME.json, apart from the curve's so the forecast fitted on the
-curve never reads it) says where it ran. An entry is {replicate: K}: K > 0 repeats the first cell's draft with
-training seed `common.seed` + K.
+curve never reads it) says where it ran. An entry is {start: DRAFT_FOLDER, replicate: K}: no start trains from
+scratch; K > 0 repeats its route's first cell with training seed `common.seed` + K.
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ from pathlib import Path
 from eagle3lab import paths
 from eagle3lab.io import InputError, command, read_jsonl, write_jsonl
 from eagle3lab.pipeline.cell_command import run_cell
-from eagle3lab.pipeline.drafts import EVALUATION, SECTION, _answers
+from eagle3lab.pipeline.drafts import SECTION, _answers, evaluation_of
 from eagle3lab.pipeline.more_answers import MORE
 from eagle3lab.pipeline.point_drafts import PointDraftCell
-from eagle3lab.pipeline.stages import SHARED_SECTION, check_params, load_params
+from eagle3lab.pipeline.stages import SHARED_SECTION, check_params, load_params, section_at
 
 NOTEBOOK = "cells/grown_draft.ipynb"  # under notebooks/
 RECORDS = "metrics/grown_drafts"
-CELL_FIELDS = {"replicate"}
+CELL_FIELDS = {"start", "replicate"}
 
 
 @dataclass
@@ -36,6 +38,7 @@ class GrownDraftCell(PointDraftCell):
     """A point draft's machinery (one committed file, whole, and its replicates) on every regenerated answer."""
 
     more_answers: list[str] | None = None  # answers.more.cells, in their order
+    start: str | None = None  # the committed draft folder the fine-tune route starts from; None: from scratch
 
     @property
     def record(self) -> Path:
@@ -58,8 +61,10 @@ class GrownDraftCell(PointDraftCell):
         return {"train": str(train.relative_to(paths.ROOT)), "val": str(val.relative_to(paths.ROOT))}
 
     def run(self, data: dict[str, str]):
-        """The draft of all of it: every record of the joined file, regenerated answers of no one source."""
-        return dataclasses.replace(super().run(data), responses="regenerated", source=None)
+        """The draft of all of it: every record of the joined file, regenerated answers of no one source; the fine-tune
+        route's starting draft is its one override."""
+        overrides = {"init_draft": self.start} if self.start else {}
+        return dataclasses.replace(super().run(data), responses="regenerated", source=None, overrides=overrides)
 
 
 def cell_of(name: str, params_file: Path | None = None) -> GrownDraftCell:
@@ -73,24 +78,29 @@ def cell_of(name: str, params_file: Path | None = None) -> GrownDraftCell:
         raise InputError(f"{where}: no cell '{name}' in `cells` ({', '.join(map(str, cells or {}))})")
     entry = cells[name] or {}
     replicate = entry.get("replicate", 0) if isinstance(entry, dict) else None
-    firsts = [other for other, e in cells.items() if not (e or {}).get("replicate")]
+    start = entry.get("start") if isinstance(entry, dict) else None
+    route = [other for other, e in cells.items() if (e or {}).get("start") == start]
+    firsts = [other for other in route if not (cells[other] or {}).get("replicate")]
     if not isinstance(replicate, int) or set(entry) - CELL_FIELDS or replicate < 0 or len(firsts) != 1:
-        raise InputError(f"{where}: cells.{name}: expected {{replicate: K >= 0}} and one first cell, got {entry!r}")
-    more = list(((params.get(MORE.keys[0]) or {}).get(MORE.keys[1]) or {}).get("cells") or {})
+        raise InputError(
+            f"{where}: cells.{name}: expected {{start: DRAFT_FOLDER, replicate: K >= 0}} and one first cell (replicate "
+            f"0) per start, got {entry!r}"
+        )
+    if start is not None and not (paths.ROOT / str(start) / "config.json").exists():
+        raise InputError(f"{where}: cells.{name}: start {start!r} is no draft folder (no config.json under the root)")
+    more = list((section_at(params, MORE.keys) or {}).get("cells") or {})
     if not more:
         raise InputError(f"{params_file}: section '{MORE.where}': no `cells`: a grown draft trains on their answers")
     section = params[SECTION]
     answers = {key: section.get(key) for key in ("train_answers", "val_answers")} | {"sampled_answers": []}
     if not answers["train_answers"] or not answers["val_answers"]:
         raise InputError(f"{params_file}: section '{SECTION}': `train_answers` and `val_answers` are needed")
-    benchmark = params.get("benchmark") or {}
-    missing = [key for key in EVALUATION if key not in benchmark]
-    if missing:
-        raise InputError(f"{params_file}: section 'benchmark': missing {missing}, which the draft cells read")
+    evaluation = evaluation_of(params, params_file)
     training = (params.get("train_draft") or {}) | (section.get("plan") or {})
-    evaluation = {key: benchmark[key] for key in EVALUATION}
+    if start is not None:  # the fine-tune route's own keys over the plan's
+        training |= section["grown"].get("fine_tune") or {}
     return GrownDraftCell(name, params.get(SHARED_SECTION) or {}, training, evaluation, answers, more_answers=more,
-                          replicate=replicate, first=firsts[0])  # fmt: skip
+                          start=start, replicate=replicate, first=firsts[0])  # fmt: skip
 
 
 @command("python -m eagle3lab.pipeline.grown_drafts")

@@ -19,7 +19,7 @@ from eagle3lab import paths
 from eagle3lab.data.survey import prompt_key_of
 from eagle3lab.io import InputError, command, read_jsonl, write_json, write_jsonl
 from eagle3lab.pipeline import mixture_restore
-from eagle3lab.pipeline.stages import cell_arguments, load_params
+from eagle3lab.pipeline.stages import cell_arguments, load_params, section_at
 
 STAGE = "more_mixture"
 FOLDER = "artifacts/more_mixture"  # train.jsonl: the new prompts
@@ -29,8 +29,7 @@ SECTION = ("answers", "more")  # params.yaml's answers.more: mixture_total, and 
 
 def grown_total(params: dict, params_file: Path) -> int:
     """answers.more.mixture_total, checked: more than stage 01's mixture_total, or there is nothing to grow."""
-    more = (params.get(SECTION[0]) or {}).get(SECTION[1]) or {}
-    total = more.get("mixture_total")
+    total = (section_at(params, SECTION) or {}).get("mixture_total")
     first = params[mixture_restore.STAGE]["mixture_total"]
     if not isinstance(total, int) or isinstance(total, bool) or total <= first:
         raise InputError(
@@ -60,8 +59,9 @@ def grow(params: dict, params_file: Path, root: Path) -> tuple[list[dict], dict]
     total = grown_total(params, params_file)
     first = first_keys(root)
     grown = mixture_restore.draw(params, total=total, val_fraction=0.0)
-    new = [row for row in grown.train if prompt_key_of(row["conversations"]) not in first]
-    kept_keys = {prompt_key_of(row["conversations"]) for row in grown.train}
+    keys = [prompt_key_of(row["conversations"]) for row in grown.train]
+    new = [row for row, key in zip(grown.train, keys, strict=True) if key not in first]
+    kept_keys = set(keys)
     per_source = {
         name: {
             "quota": stats["quota"],

@@ -19,7 +19,7 @@ from pathlib import Path
 from eagle3lab import paths
 from eagle3lab.io import InputError, command
 from eagle3lab.pipeline.cell_command import run_cell
-from eagle3lab.pipeline.drafts import EVALUATION, SECTION, DraftCell, _answers
+from eagle3lab.pipeline.drafts import SECTION, DraftCell, _answers, evaluation_of
 from eagle3lab.pipeline.points import OUTPUT, closeness_params
 from eagle3lab.pipeline.stages import SHARED_SECTION
 
@@ -74,12 +74,8 @@ def cell_of(name: str, params_file: Path | None = None) -> PointDraftCell:
     # the grid's plan over stage 03's (the plateau rule every draft of the grid trains to), then the points' own
     # ceiling: a point's slice is smaller than the curve's scales, so the plan's floor of answer tokens can end it early
     training = (params.get("train_draft") or {}) | (params[SECTION].get("plan") or {}) | (section.get("plan") or {})
-    benchmark = params.get("benchmark") or {}
-    missing = [key for key in EVALUATION if key not in benchmark]
-    if missing:
-        raise InputError(f"{params_file}: section 'benchmark': missing {missing}, which the draft cells read")
+    evaluation = evaluation_of(params, params_file)
     answers = {"train_answers": [], "val_answers": params[SECTION].get("val_answers"), "sampled_answers": []}
-    evaluation = {key: benchmark[key] for key in EVALUATION}
     common = params.get(SHARED_SECTION) or {}
     return PointDraftCell(name, common, training, evaluation, answers, point=entry["point"], replicate=replicate,
                           first=firsts[0])  # fmt: skip

@@ -1,7 +1,7 @@
 """The results page's section on ten times the data (issue 66), read from committed records only: the prompts that grow
 the mixture (metrics/more_mixture.json: new prompts per source), how many of them the more_answers cells have answered
 (metrics/answers_more/: each cell's accounting), the training answers in all beside the first mixture's
-(metrics/answers/), and each grown draft (metrics/grown_drafts/: its data, stop, compute and accept length)."""
+(metrics/answers/), and each grown draft (metrics/grown_drafts/: its route, data, stop, compute and accept length)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from eagle3lab.pipeline.report_tables import load_folder, load_metrics, table
 SOURCE_HEADER = ["source", "drawn at the grown total", "its quota", "new prompts"]
 ALL = "all"  # the pooled row of a draft record's acceptance: every prompt
 CELL_HEADER = ["cell", "prompts", "answered", "over-length", "errors", "tokens/s", "minutes", "CPU", "dtype"]
-DRAFT_HEADER = ["draft", "conversations", "answer tokens", "stopped by", "steps", "passes", "minutes", "accept length"]
+DRAFT_HEADER = ["draft", "route", "conversations", "answer tokens", "stopped by", "steps", "passes", "tokens trained",
+                "minutes", "accept length"]  # fmt: skip
 
 
 def _answered(records: list[dict]) -> int:
@@ -24,8 +25,11 @@ def _draft_row(record: dict) -> list:
     training, minutes = record["training"], record["ran"]["minutes"]
     pooled = {row["set"]: row["accept_length"] for row in record["acceptance"]["pooled"]}
     passes = training["answer_tokens_seen"] / record["answer_tokens"]
-    return [record["cell"], record["records"], record["answer_tokens"], training["stopped_by"], training["steps"],
-            round(passes, 2), round(minutes["train"] + minutes["score"], 1), round(pooled[ALL], 3)]  # fmt: skip
+    start = record["overrides"].get("init_draft")
+    route = f"fine-tune of {Path(start).name}" if start else "from scratch"
+    return [record["cell"], route, record["records"], record["answer_tokens"], training["stopped_by"],
+            training["steps"], round(passes, 2), training["tokens"], round(minutes["train"] + minutes["score"], 1),
+            round(pooled[ALL], 3)]  # fmt: skip
 
 
 def section(metrics: Path) -> str:
@@ -56,7 +60,8 @@ def section(metrics: Path) -> str:
     drafts = load_folder(metrics / "grown_drafts")
     if drafts:
         rows = [_draft_row(d) for d in drafts]
-        lines += ["", "The drafts from scratch on all of it (`grown_drafts`):", "", table(DRAFT_HEADER, rows)]
+        lines += ["", "The drafts on all of it (`grown_drafts`), by route (the minutes are CPU minutes, training "
+                  "and scoring):", "", table(DRAFT_HEADER, rows)]  # fmt: skip
     else:
         lines += ["", "No draft on all of it has trained yet (`grown_drafts`)."]
     return "\n".join(lines) + "\n"

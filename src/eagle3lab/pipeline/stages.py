@@ -89,6 +89,13 @@ def load_params(params_file: Path | None = None) -> dict:
     return params
 
 
+def section_at(params: dict, keys: tuple[str, ...]):
+    """The value at a params path (("answers", "more"): answers.more), or None where a key on the way is absent."""
+    for key in keys:
+        params = params.get(key) if isinstance(params, dict) else None
+    return params
+
+
 def _named(names, known) -> str:
     """`names` as a list, each with the closest of `known` where one is close: ['devcie' (did you mean 'device'?)]."""
     listed = []

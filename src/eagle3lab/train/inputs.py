@@ -10,7 +10,7 @@ import torch
 
 from eagle3lab.io import InputError
 from eagle3lab.models.target import aux_hidden_indices, load_target
-from eagle3lab.models.vocab import build_vocab, count_tokens
+from eagle3lab.models.vocab import build_vocab, count_tokens, fixed_vocab
 from eagle3lab.paths import ARTIFACTS
 from eagle3lab.train.batches import Examples
 from eagle3lab.train.config import TrainConfig
@@ -31,6 +31,13 @@ class Inputs:
     train: Examples
     val: Examples | None
     cache_stats: dict
+    val_counts: torch.Tensor | None = None  # the held-out answers' token counts, which the vocab report reads
+
+    def keep_vocab(self, ids: torch.Tensor) -> None:
+        """Train with these draft ids instead of the data's most frequent tokens (a fine-tuned draft's own: its
+        head's rows stand for them), reported on the same counts."""
+        self.vocab = fixed_vocab(ids, self.vocab.counts)
+        self.vocab_report = self.vocab.report(self.val_counts)
 
 
 def _tokenize_and_vocab(cfg: TrainConfig, target) -> tuple:
@@ -46,18 +53,19 @@ def _tokenize_and_vocab(cfg: TrainConfig, target) -> tuple:
     val_counts = (
         count_tokens(((r.input_ids, r.loss_mask) for r in val_records), target.vocab_size) if val_records else None
     )
-    return records, data_stats, val_records, val_stats, vocab, vocab.report(val_counts)
+    return records, data_stats, val_records, val_stats, vocab, val_counts
 
 
 def load_inputs(cfg: TrainConfig, env: Dist, device: torch.device) -> Inputs:
     """Load the target (fp32, on `device`), tokenize, build the draft vocab and, offline, the feature cache."""
     target = load_target(cfg.target, device=device)
     indices = aux_hidden_indices(target.num_layers, cfg.aux_layer_ids)
-    records, data_stats, val_records, val_stats, vocab, vocab_report = _tokenize_and_vocab(cfg, target)
+    records, data_stats, val_records, val_stats, vocab, val_counts = _tokenize_and_vocab(cfg, target)
+    vocab_report = vocab.report(val_counts)
     if cfg.online:
         train = Examples(records, device=device)
         val = Examples(val_records, device=device) if val_records else None
-        return Inputs(target, indices, vocab, vocab_report, data_stats, val_stats, train, val, {})
+        return Inputs(target, indices, vocab, vocab_report, data_stats, val_stats, train, val, {}, val_counts)
     root = Path(cfg.features_cache) if cfg.features_cache else ARTIFACTS / "features"
     # bf16 features where the draft autocasts to bf16: the precision the stages regenerate and serve in, and 2.8x
     # fp32's target forward on an AMX CPU (the target stays fp32: the draft's embedding and head start from it)
@@ -76,7 +84,7 @@ def load_inputs(cfg: TrainConfig, env: Dist, device: torch.device) -> Inputs:
     env.barrier()
     train = Examples(records, cache, data_stats["records"], device=device)
     val = Examples(val_records, val_cache, val_stats["records"], device=device) if val_cache is not None else None
-    return Inputs(target, indices, vocab, vocab_report, data_stats, val_stats, train, val, cache_stats)
+    return Inputs(target, indices, vocab, vocab_report, data_stats, val_stats, train, val, cache_stats, val_counts)
 
 
 def with_features(batch: dict, inputs: Inputs, online: bool) -> dict:

@@ -41,7 +41,7 @@ METRICS = "metrics.jsonl"
 RESUMABLE = {"output", "resume", "progress", "threads", "checkpoint_every", "features_cache", "online", "device"}
 RESUMABLE |= {"live_dir"}
 # Settings added after runs were checkpointed without them: in a run's identity only when set, so those runs resume.
-ADDED_LATER = {"init_layer_from_target": None, "acceptance_loss_weight": 0.0}
+ADDED_LATER = {"init_layer_from_target": None, "acceptance_loss_weight": 0.0, "init_draft": None}
 
 
 class TrainingError(RunFailed):

@@ -16,9 +16,9 @@ class Eagle3(Drafter):
     name = "eagle3"
 
     def train_config(self) -> type:
-        from eagle3lab.train.config import TrainConfig
+        from eagle3lab.drafters.eagle3.train import Eagle3TrainConfig
 
-        return TrainConfig
+        return Eagle3TrainConfig
 
     def train(self, config) -> dict:
         from eagle3lab.drafters.eagle3.train import train_draft

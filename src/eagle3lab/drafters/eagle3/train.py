@@ -2,19 +2,21 @@
 (train.loop.Trainer: plan, schedule, checkpoints, held-out pick, patience, DDP) with EAGLE-3's draft, its TTT
 objective (drafters.eagle3.loss) and the exact accept length of a chain on the held-out answers.
 
-`train_draft(TrainConfig(...))` from Python, or `eagle3lab train` (train.cli)."""
+`train_draft(Eagle3TrainConfig(...))` from Python, or `eagle3lab train` (train.cli)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from eagle3lab.decoding.offline import draft_hits, last_answer, walk
 from eagle3lab.drafters.eagle3.loss import TTTObjective, summarize, ttt_loss
-from eagle3lab.io import write_json
-from eagle3lab.models.draft import DraftConfig, Eagle3Draft, save_draft
+from eagle3lab.io import InputError, write_json
+from eagle3lab.models.checkpoint import DraftFormatError, read_json
+from eagle3lab.models.draft import DraftConfig, Eagle3Draft, load_draft, save_draft
+from eagle3lab.options import option
 from eagle3lab.train.batches import Examples, make_batches
 from eagle3lab.train.config import TrainConfig
 from eagle3lab.train.distributed import Dist
@@ -23,9 +25,50 @@ from eagle3lab.train.loop import Trainer, TrainingError, run_trainer
 from eagle3lab.train.resume import load_draft_weights, param_checksum
 
 
-def build_draft(cfg: TrainConfig, inputs: Inputs, device: torch.device) -> tuple[Eagle3Draft, torch.Tensor]:
-    """A fresh draft shaped like one target layer, on `device`, and the target's head rows over the draft vocab."""
+@dataclass
+class Eagle3TrainConfig(TrainConfig):
+    """TrainConfig's settings, plus EAGLE-3's fine-tuning: a draft trained elsewhere (the GPU drafts of drafts/, on
+    more data) goes on training on this data. It keeps its own draft vocabulary, which its head's rows stand for; the
+    data's token counts still report the coverage."""
+
+    init_draft: str | None = option(
+        None,
+        "start from this EAGLE-3 draft folder: its weights and its draft vocabulary (fine-tuning; draft_vocab_size "
+        "and aux_layer_ids must match its config.json)",
+    )
+
+    def check(self) -> None:
+        super().check()
+        if self.init_draft:
+            self.check_init_draft()
+
+    def check_init_draft(self) -> None:
+        """The draft fine-tuning starts from is one these settings would train: refused before the target loads."""
+        where = Path(self.init_draft) / "config.json"
+        if self.init_head_from_target or self.init_layer_from_target is not None:
+            raise InputError(
+                f"init_draft {self.init_draft}: init_head_from_target and init_layer_from_target start a fresh "
+                "draft; a fine-tuned one starts from its own weights"
+            )
+        try:
+            config = DraftConfig.from_sglang(read_json(where), where=str(where))
+        except DraftFormatError as e:
+            raise InputError(f"init_draft: {e}") from None
+        for name in ("draft_vocab_size", "aux_layer_ids"):
+            if getattr(config, name) != getattr(self, name):
+                raise InputError(
+                    f"{where}: field {name} is {getattr(config, name)}, the training settings say {getattr(self, name)}"
+                )
+
+
+def build_draft(cfg: Eagle3TrainConfig, inputs: Inputs, device: torch.device) -> tuple[Eagle3Draft, torch.Tensor]:
+    """The draft on `device`, fresh and shaped like one target layer or the one fine-tuning starts from (whose
+    vocabulary training then keeps), and the target's head rows over the draft vocab."""
     model = inputs.target.model
+    if cfg.init_draft:
+        draft = load_draft(cfg.init_draft, inputs.target, dtype=torch.float32).train()
+        inputs.keep_vocab(draft.draft_ids)
+        return draft.to(device), model.get_output_embeddings().weight[inputs.vocab.ids.to(device)].detach()
     draft = Eagle3Draft(DraftConfig.from_target(model.config, cfg.draft_vocab_size, cfg.aux_layer_ids))
     ids = inputs.vocab.ids
     with torch.no_grad():
@@ -86,7 +129,7 @@ class Eagle3Trainer(Trainer):
         return evaluate(self.draft, self.inputs.val, self.head, self.cfg, self.inputs)
 
 
-def train_draft(cfg: TrainConfig, on_step=None) -> dict:
+def train_draft(cfg: Eagle3TrainConfig, on_step=None) -> dict:
     """Train one draft; returns a result dict (also written to OUTPUT/result.json). `on_step(step, record)` is called
     after every optimizer step (the notebook's live plot; tests use it to simulate a kill)."""
     trainer, env, out = run_trainer(cfg, Eagle3Trainer, on_step)
