@@ -101,3 +101,21 @@ def test_the_results_section_counts_the_new_answers_beside_the_first_ones(tmp_pa
     text = report_more_data.section(tmp_path)
     assert "| grown | from scratch | 7 | 100 | patience | 40 | 3 | 900 | 1.50 | 1.50 |" in text
     assert "| tuned | fine-tune of gpu-6960 | 7 | 100 | patience | 40 | 3 | 900 | 1.50 | 1.50 |" in text
+    # the curve's prediction, and a draft from scratch against the one it trained after (its per-prompt mean)
+    intervals = [{"seed": 0, "interval": [1.4, 1.6]}, {"seed": 1, "interval": [1.45, 1.7]}]
+    said = {"predicted": 1.52, "chosen": "saturating", "intervals": intervals}
+    predicted = {
+        "scale": 7,
+        "largest_measured": 5,
+        "projection": True,
+        "bootstrap_seeds": [0, 1],
+        "sets": {"all": said},
+    }
+    _write(tmp_path / "grown_forecast.json", predicted)
+    per_prompt = {"pooled": acceptance["pooled"], "per_prompt": [{"accept_length": 1.3}, {"accept_length": 1.55}]}
+    _write(tmp_path / "grown_drafts" / "grown.json", grown | {"overrides": {}, "acceptance": per_prompt,
+           "predicted_before": predicted})  # fmt: skip
+    text = report_more_data.section(tmp_path)
+    prediction = "1.520 on all sets at 7 conversations (saturating, fitted on the curve to 5, a projection; bootstrap "
+    assert f"(`grown_forecast`): {prediction}seeds [0, 1]: [1.400, 1.600], [1.450, 1.700])." in text
+    assert f"`grown` measured 1.425, borderline the interval predicted before it trained: {prediction}" in text

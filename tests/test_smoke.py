@@ -11,6 +11,7 @@ from eagle3lab.pipeline import report, smoke
 GRID = {"answers", "drafts", "costs", "forecast", "points", "point_drafts", "closeness"} | {
     "more_mixture",
     "more_answers",
+    "grown_forecast",
     "grown_drafts",
 }  # stages of no notebook NN_
 
@@ -87,12 +88,21 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
         assert pooled["all"]["prompts"] == len(record["acceptance"]["per_prompt"]) == 5, name
         assert (tmp_path / "artifacts" / "grid" / "drafts" / name / "config.json").exists(), name
         assert (tmp_path / "reports" / "drafts" / f"{name}.ipynb").exists(), name
-    # issue 66's draft from scratch: every train cell's and more cell's answer, trained, scored and recorded apart
-    grown = json.loads((tmp_path / "metrics" / "grown_drafts" / "grown.json").read_text())
+    # issue 66's two routes on every train cell's and more cell's answer, trained, scored and recorded apart: from
+    # scratch, after the curve's prediction of its scale (one scale: no form to choose, and the record says why), and
+    # fine-tuning the GPU draft, which keeps its vocabulary
     every = sum(records[name]["success"] for name in ("train-000", "train-001")) + more["success"]
-    assert grown["records"] == every and grown["training"]["stopped_by"] in ("patience", "budget")
-    assert {row["set"]: row for row in grown["acceptance"]["pooled"]}["all"]["prompts"] == 5
-    assert (tmp_path / "reports" / "grown_drafts" / "grown.ipynb").exists()
+    predicted = json.loads((tmp_path / "metrics" / "grown_forecast.json").read_text())
+    assert predicted["scale"] == every and predicted["sets"]["all"]["predicted"] is None
+    routes = {name: json.loads((tmp_path / "metrics" / "grown_drafts" / f"{name}.json").read_text())
+              for name in ("grown", "finetuned")}  # fmt: skip
+    assert routes["grown"]["predicted_before"] == predicted and routes["finetuned"]["predicted_before"] is None
+    assert routes["finetuned"]["overrides"] == {"init_draft": "drafts/smollm2-original-6960"}
+    assert routes["finetuned"]["training"]["vocab"]["draft_vocab_size"] == 4096
+    for name, grown in routes.items():
+        assert grown["records"] == every and grown["training"]["stopped_by"] in ("patience", "budget"), name
+        assert {row["set"]: row for row in grown["acceptance"]["pooled"]}["all"]["prompts"] == 5, name
+        assert (tmp_path / "reports" / "grown_drafts" / f"{name}.ipynb").exists(), name
     # stage 04 tunes the final draft: a decision, and the tuned config benchmarked beside the fixed ones
     assert metrics["tune"]["decision"] and "tuned" in metrics["benchmark"]
     # the grid's cost cells: every prompt timed by both systems in every repeat, in the engine each names

@@ -9,19 +9,23 @@ It is a draft cell of the grid in all but its data (`pipeline.drafts.DraftCell`)
 plateau (`drafts.plan` over `train_draft`), it resumes after a kill from its run folder's last checkpoint (on the
 machine that holds the folder: checkpoints are a cache, not committed), it is scored by exact offline acceptance on the
 evaluation set, and its record (metrics/grown_drafts/NAME.json, apart from the curve's so the forecast fitted on the
-curve never reads it) says where it ran. An entry is {start: DRAFT_FOLDER, replicate: K}: no start trains from
-scratch; K > 0 repeats its route's first cell with training seed `common.seed` + K.
+curve never reads it) says where it ran. A draft from scratch is a draft of the curve at a scale it never measured:
+it trains only once `grown_forecast` has predicted it at its own scale, and its record keeps that prediction as it
+stood before it trained (a fine-tuned draft is no draft of the curve: none). An entry is {start: DRAFT_FOLDER,
+replicate: K}: no start trains from scratch; K > 0 repeats its route's first cell with training seed
+`common.seed` + K.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3lab import paths
-from eagle3lab.io import InputError, command, read_jsonl, write_jsonl
+from eagle3lab.io import InputError, command, read_jsonl, write_json, write_jsonl
 from eagle3lab.pipeline.cell_command import run_cell
 from eagle3lab.pipeline.drafts import SECTION, _answers, evaluation_of
 from eagle3lab.pipeline.more_answers import MORE
@@ -31,6 +35,9 @@ from eagle3lab.pipeline.stages import SHARED_SECTION, check_params, load_params,
 NOTEBOOK = "cells/grown_draft.ipynb"  # under notebooks/
 RECORDS = "metrics/grown_drafts"
 CELL_FIELDS = {"start", "replicate"}
+# the curve's prediction a draft from scratch trains after (written by pipeline.grown_forecast, which is not imported
+# here: a change to the forecast's code must not rerun hours of training)
+PREDICTION = "metrics/grown_forecast.json"
 
 
 @dataclass
@@ -39,6 +46,7 @@ class GrownDraftCell(PointDraftCell):
 
     more_answers: list[str] | None = None  # answers.more.cells, in their order
     start: str | None = None  # the committed draft folder the fine-tune route starts from; None: from scratch
+    predicted: dict | None = None  # metrics/grown_forecast.json as it stood before a draft from scratch trained
 
     @property
     def record(self) -> Path:
@@ -59,6 +67,29 @@ class GrownDraftCell(PointDraftCell):
         write_jsonl(train, (row for path in files for row in read_jsonl(path)))
         val = _answers(self.answers["val_answers"])
         return {"train": str(train.relative_to(paths.ROOT)), "val": str(val.relative_to(paths.ROOT))}
+
+    def read_prediction(self, run) -> dict | None:
+        """The curve's prediction of a draft from scratch, at this draft's scale, read before it trains: an
+        InputError where there is none or it is of another scale (`grown_forecast` runs first)."""
+        if self.start:
+            return None
+        path = paths.ROOT / PREDICTION
+        if not path.exists():
+            raise InputError(f"{path}: no such file: `grown_forecast` predicts a draft from scratch before it trains")
+        record = json.loads(path.read_text())
+        if record.get("scale") != run.records:
+            raise InputError(
+                f"{path}: field 'scale' is {record.get('scale')!r}, but this draft trains on {run.records} "
+                "conversations: rerun `grown_forecast` on the committed answers"
+            )
+        self.predicted = record
+        return record
+
+    def write_record(self, result: dict, scored: tuple) -> dict:
+        """A draft cell's record, with the prediction made before the draft trained."""
+        record = super().write_record(result, scored) | {"predicted_before": self.predicted}
+        write_json(self.record, record)
+        return record
 
     def run(self, data: dict[str, str]):
         """The draft of all of it: every record of the joined file, regenerated answers of no one source; the fine-tune
