@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from eagle3lab.models.vocab import build_vocab, count_tokens
+from eagle3lab.models.vocab import build_vocab, count_tokens, fixed_vocab
 
 
 def test_counts_only_loss_positions():
@@ -45,3 +45,10 @@ def test_ties_are_deterministic_and_size_checked():
     assert build_vocab(counts, 3).ids.tolist() == [0, 1, 2]
     with pytest.raises(ValueError):
         build_vocab(counts, 9)
+
+
+def test_a_kept_vocabulary_keeps_the_drafts_order_and_reports_on_the_new_data():
+    counts = torch.tensor([0, 5, 0, 3, 2, 0])  # the new data's answer tokens: 1, 3 and 4
+    kept = fixed_vocab(torch.tensor([3, 0, 4]), counts)  # head row d stands for ids[d], in the draft's order
+    assert kept.ids.tolist() == [3, 0, 4] and kept.padded == 0
+    assert kept.report()["coverage"] == pytest.approx(5 / 10)  # token 1, half the positions, is not in it

@@ -64,9 +64,9 @@ def count_tokens(sequences: Iterable[tuple[torch.Tensor, torch.Tensor]], vocab_s
 
 
 def fixed_vocab(ids: torch.Tensor, counts: torch.Tensor) -> DraftVocab:
-    """A draft's own vocabulary (a fine-tuned draft keeps it: its head's rows stand for these ids), reported on the
-    training data's `counts`."""
-    return DraftVocab(ids=torch.as_tensor(ids, dtype=torch.long).sort().values, vocab_size=counts.numel(),
+    """A draft's own vocabulary (a fine-tuned draft keeps it), reported on the training data's `counts`. Its order is
+    the draft's, not sorted: head row d stands for ids[d], and the target's rows are gathered in that order."""
+    return DraftVocab(ids=torch.as_tensor(ids, dtype=torch.long).cpu(), vocab_size=counts.numel(),
                       counts=counts.clone(), padded=0)  # fmt: skip
 
 
