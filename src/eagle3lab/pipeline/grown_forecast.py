@@ -21,7 +21,7 @@ import numpy as np
 from eagle3lab import paths
 from eagle3lab.benchmark.forecast import ALL, FORMS, Curve, choose, curves, read_records, rolling_errors
 from eagle3lab.benchmark.scaling import LEVEL, quantiles
-from eagle3lab.io import InputError, command, write_json
+from eagle3lab.io import InputError, command, read_jsonl, write_json
 from eagle3lab.pipeline import forecast
 from eagle3lab.pipeline.answers import FIRST
 from eagle3lab.pipeline.drafts import RECORDS, SECTION
@@ -39,13 +39,11 @@ def grown_scale(params: dict, params_file: Path, root: Path) -> int:
     names += [(MORE, cell) for cell in (section_at(params, MORE.keys) or {}).get("cells") or {}]
     if not names:
         raise InputError(f"{params_file}: sections '{SECTION}' and '{MORE.where}': no answers cells to train on")
-    absent = [str(root / family.output / f"{cell}.jsonl") for family, cell in names]
-    absent = [path for path in absent if not Path(path).exists()]
+    files = [root / family.output / f"{cell}.jsonl" for family, cell in names]
+    absent = [path for path in files if not path.exists()]
     if absent:
         raise InputError(f"{absent[0]}: no such file: the grown scale counts every answers cell ({len(absent)} absent)")
-    return sum(
-        sum(1 for line in (root / family.output / f"{cell}.jsonl").open() if line.strip()) for family, cell in names
-    )
+    return sum(1 for path in files for _ in read_jsonl(path))
 
 
 def predict(curve: Curve, size: int, ceiling: float, boot: int, seeds: list[int]) -> dict:
