@@ -305,6 +305,7 @@ def test_fine_tuning_starts_from_the_drafts_weights_and_keeps_its_vocabulary(set
     vocab = {name: json.loads((Path(path) / ".." / "vocab.json").read_text())["ids"]
              for name, path in (("start", start), ("fresh", fresh["draft"]), ("tuned", tuned["draft"]))}  # fmt: skip
     assert vocab["tuned"] == vocab["start"] != vocab["fresh"]  # the other data's own vocabulary differs
+    assert tuned["config"]["init_draft"] == start and "init_draft" not in fresh["config"]  # recorded where used
     assert tuned["vocab"]["coverage"] < fresh["vocab"]["coverage"] == 1.0  # reported on the data it trained on
     started, ended = load_draft(start).state_dict(), load_draft(tuned["draft"]).state_dict()
     assert started.keys() == ended.keys() and all(torch.equal(ended[k], v) for k, v in started.items())

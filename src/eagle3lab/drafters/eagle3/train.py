@@ -161,7 +161,9 @@ def _finish(cfg: TrainConfig, env: Dist, trainer: Eagle3Trainer, out: Path) -> d
         "best": trainer.best.meta,
         "budget_steps": trainer.total,
         "plateaued": trainer.plateaued(),  # stopped by the patience rule before the budget
-        "config": asdict(cfg),
+        # fine-tuning's start only where there is one: a draft from scratch records what it recorded before the
+        # route existed, so the drafts trained then keep their results byte for byte
+        "config": {key: value for key, value in asdict(cfg).items() if key != "init_draft" or value},
     }
     if env.main:
         if trainer.best.weights is not None:
