@@ -74,8 +74,9 @@ def test_a_draft_from_scratch_trains_only_on_a_prediction_of_its_own_scale(tmp_p
     (tmp_path / "drafts" / "gpu" / "config.json").write_text("{}")
     scratch, tuned = (grown_drafts.cell_of(name, params) for name in cells)
     run = type("Run", (), {"records": 9})()
-    with pytest.raises(InputError, match=r"grown_forecast.json: no such file: `grown_forecast` predicts"):
-        scratch.read_prediction(run)
+    for reading in (lambda: scratch.read_prediction(run), lambda: scratch.train(run, {})):  # training reads it first
+        with pytest.raises(InputError, match=r"grown_forecast.json: no such file: `grown_forecast` predicts"):
+            reading()
     assert tuned.read_prediction(run) is None  # a fine-tuned draft is no draft of the curve
     (tmp_path / "metrics").mkdir()
     (tmp_path / grown_forecast.RECORD).write_text(json.dumps({"scale": 8, "sets": {}}))

@@ -57,6 +57,7 @@ def test_every_stage_runs_on_tiny_params(tmp_path):
     assert set(metrics) == {"survey", "regen", "train", "benchmark", "tune", "scaling", "diagnosis", "forecast"} | {
         "closeness",
         "more_mixture",
+        "grown_forecast",
     }
     # the grid's regeneration: each cell's slice answered, accounted for and recorded with where it ran
     cells = yaml.safe_load(smoke.SMOKE_PARAMS.read_text())["answers"]["cells"]

@@ -6,11 +6,10 @@ import json
 import pytest
 import torch
 
-from eagle3lab.drafters.eagle3.train import train_draft
+from eagle3lab.drafters.eagle3.train import Eagle3TrainConfig, train_draft
 from eagle3lab.io import InputError
 from eagle3lab.models.checkpoint import read_json
 from eagle3lab.models.draft import EMBEDDING, load_draft
-from eagle3lab.train.config import TrainConfig
 from eagle3lab.train.features import FeatureCache
 from eagle3lab.train.specforge import environment
 from eagle3lab.train.specforge.export import STATE_FILE, export_draft, latest_state
@@ -33,7 +32,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def ours(tmp_path_factory):
     """One of our runs on a tiny target: 12 conversations, 1 epoch, TTT 2."""
     root = tmp_path_factory.mktemp("specforge")
-    cfg = TrainConfig(
+    cfg = Eagle3TrainConfig(
         data=str(write_conversations(root / "train.jsonl", 12)),
         output=str(root / "ours"),
         target=str(save_tiny_target(root / "tiny")),

@@ -85,6 +85,12 @@ class GrownDraftCell(PointDraftCell):
         self.predicted = record
         return record
 
+    def train(self, run, data: dict[str, str]) -> dict:
+        """A draft cell's training, a draft from scratch only after its prediction is read."""
+        if not self.start and self.predicted is None:
+            self.read_prediction(run)
+        return super().train(run, data)
+
     def write_record(self, result: dict, scored: tuple) -> dict:
         """A draft cell's record, with the prediction made before the draft trained."""
         record = super().write_record(result, scored) | {"predicted_before": self.predicted}

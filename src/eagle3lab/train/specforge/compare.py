@@ -71,7 +71,7 @@ class CompareSettings:
 
 
 def _train_config(s: CompareSettings, name: str, lr: float | None) -> TrainConfig:
-    cfg = TrainConfig(
+    cfg = drafter("eagle3").train_config()(  # the EAGLE-3 trainer's own options
         data=s.data,
         output=str(Path(s.output) / name),
         target=s.target,
